@@ -1,0 +1,89 @@
+/**
+ * The table of every command-line flag, its environment variables, default and help line.
+ * It drives parsing, `--help`, and the consistency tests that keep .env.example and
+ * docs/configuration.md in step with the code (SPEC §2). Names kept from the Rust
+ * stargate-k8s-router must not change.
+ */
+
+export type FlagKind = 'string' | 'int' | 'bool' | 'list'
+
+export interface FlagSpec {
+  /** Flag name without the leading dashes. */
+  readonly name: string
+  readonly kind: FlagKind
+  /** Environment variables read when the flag is absent, in priority order. */
+  readonly env: readonly string[]
+  /** Default as the user would type it; `undefined` means unset. */
+  readonly default: string | undefined
+  readonly help: string
+  /** Allowed values for enumerated string flags. */
+  readonly choices?: readonly string[]
+}
+
+/** STARGATE_ + upper-snake name, the rule of SPEC §2. */
+export function envNameOf (flag: string): string {
+  return 'STARGATE_' + flag.toUpperCase().replaceAll('-', '_')
+}
+
+function flag (
+  name: string,
+  kind: FlagKind,
+  defaultValue: string | undefined,
+  help: string,
+  extra: { env?: readonly string[], choices?: readonly string[] } = {}
+): FlagSpec {
+  const env = [envNameOf(name), ...(extra.env ?? [])]
+  return extra.choices === undefined
+    ? { name, kind, env, default: defaultValue, help }
+    : { name, kind, env, default: defaultValue, help, choices: extra.choices }
+}
+
+export const FLAGS: readonly FlagSpec[] = [
+  // Listeners (Rust names and defaults)
+  flag('listen-addr', 'string', '0.0.0.0:50071', 'front door: gRPC control plane and LLM client HTTP (TCP)'),
+  flag('reverse-tunnel-listen-addr', 'string', '0.0.0.0:50072', 'reverse tunnels: QUIC on UDP, WebTransport over HTTP/2 on TCP with the same port'),
+  flag('health-listen-addr', 'string', '0.0.0.0:8080', '/livez, /readyz, /metrics, /debug/* (plain HTTP)'),
+
+  // Discovery
+  flag('discovery', 'string', 'kubernetes', 'where targets come from: EndpointSlices of the target Service, or a file', { choices: ['kubernetes', 'file'] }),
+  flag('target-namespace', 'string', undefined, 'namespace of the Stargate Service (required with --discovery kubernetes)', { env: ['POD_NAMESPACE'] }),
+  flag('target-service-name', 'string', 'stargate-headless', 'Service whose EndpointSlices list the Stargate pods (it must respect readiness)'),
+  flag('targets-file', 'string', undefined, 'YAML or JSON file of targets, required with --discovery file'),
+  flag('grpc-port-name', 'string', 'grpc', 'EndpointSlice port name (TCP) of the Stargate gRPC port'),
+  flag('quic-port-name', 'string', 'quic', 'EndpointSlice port name (UDP) of the Stargate QUIC tunnel port'),
+  flag('http-port-name', 'string', 'http', 'EndpointSlice port name (TCP) of the Stargate HTTP port for LLM clients (optional per pod)'),
+  flag('max-snapshot-staleness-ms', 'int', '0', '/readyz fails when discovery has been broken for longer than this; 0 disables'),
+
+  // Advertisement
+  flag('advertised-hostname-template', 'string', '{pod_name}.stargate.external', 'host advertised per pod and matched on :authority and SNI; must contain {pod_name}, may contain {namespace}'),
+  flag('advertised-grpc-port', 'int', undefined, 'port advertised in advertise_addr (default: the --listen-addr port)'),
+  flag('pylon-grpc-dial-addr', 'string', '', 'written into StargateInfo.grpc_pylon_dial_addr (empty: not set)'),
+  flag('remote-watch-url', 'list', undefined, 'repeatable; sent in WatchStargatesResponse.watch_stargate_urls (env: comma-separated)'),
+  flag('watch-heartbeat-ms', 'int', '5000', 're-send the unchanged Stargate set to watchers this often; 0 disables'),
+
+  // Forwarding and relaying
+  flag('connect-timeout-ms', 'int', '5000', 'timeout for connecting to a Stargate pod'),
+  flag('drain-grace-ms', 'int', '30000', 'how long a registration stream may outlive its target leaving the ready set'),
+  flag('relay-idle-timeout-ms', 'int', '300000', 'idle timeout of relayed tunnel connections (> 0)'),
+  flag('relay-keep-alive-ms', 'int', '10000', 'keep-alive interval of relayed tunnel connections (< idle timeout; 0 disables)'),
+  flag('tunnel-protocol', 'string', 'raw-quic', 'reverse tunnel protocol on the tunnel port', { choices: ['raw-quic', 'webtransport'] }),
+  flag('shutdown-drain-ms', 'int', '25000', 'on SIGTERM, how long in-flight streams and requests may finish'),
+
+  // TLS
+  flag('tls-cert-path', 'string', undefined, 'server certificate chain (PEM); with --tls-key-path enables TLS on the front door and tunnels'),
+  flag('tls-key-path', 'string', undefined, 'server private key (PEM); required with --tls-cert-path'),
+  flag('client-ca-path', 'string', undefined, 'CA bundle (PEM) for verifying Pylon client certificates (mTLS); needs a server identity'),
+  flag('upstream-tls', 'bool', 'false', 'dial Stargate pods over TLS (gRPC and HTTP)'),
+  flag('upstream-tls-cert-path', 'string', undefined, 'CA bundle (PEM) trusted when dialing Stargate pods (default: the router certificate file)'),
+  flag('quic-insecure', 'bool', 'false', 'do not verify Stargate certificates on the QUIC upstream leg'),
+  flag('tls-poll-interval-ms', 'int', '300000', 'reconciliation poll of mounted TLS material'),
+  flag('tls-debounce-ms', 'int', '200', 'debounce of TLS directory change events'),
+
+  // Peers
+  flag('enable-peer-discovery', 'bool', 'false', 'discover router replicas and report Stargate snapshot divergence'),
+  flag('peer-service', 'string', undefined, 'the router\'s own Service, required with --enable-peer-discovery'),
+
+  // Logging
+  flag('log-level', 'string', 'info', 'pino log level', { choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }),
+  flag('log-format', 'string', 'json', 'json lines, or pretty for humans', { choices: ['json', 'pretty'] }),
+]

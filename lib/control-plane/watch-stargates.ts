@@ -1,0 +1,169 @@
+/**
+ * WatchStargates, answered by the router from its own snapshot (SPEC §5). One encoded
+ * frame per advertised set is shared by every watcher (encode once, write many). A watcher
+ * whose stream is congested holds at most one pending frame, always the latest: every
+ * message is a full set, so an intermediate one can be skipped without losing anything.
+ */
+import type { ServerHttp2Stream } from 'node:http2'
+import { create, toBinary } from '@bufbuild/protobuf'
+import { WatchStargatesResponseSchema } from './gen/stargate/stargate_pb.js'
+import { GrpcStatus, endWithStatus, frameMessage } from './grpc.ts'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import type { SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
+import type { RouterMetrics } from '../metrics/metrics.ts'
+import type { Logger } from '../log.ts'
+
+export interface WatchStargatesOptions {
+  readonly snapshot: SnapshotReader
+  readonly template: HostnameTemplate
+  readonly advertisedGrpcPort: number
+  readonly pylonGrpcDialAddr: string
+  readonly remoteWatchUrls: readonly string[]
+  readonly heartbeatMs: number
+  readonly metrics: RouterMetrics
+  readonly logger: Logger
+  readonly now?: () => number
+}
+
+type SendReason = 'initial' | 'change' | 'heartbeat'
+
+class Watcher {
+  readonly stream: ServerHttp2Stream
+  readonly hub: WatchStargatesHub
+  pending: Buffer | null = null
+  blocked = false
+  lastSentAt = 0
+
+  constructor (hub: WatchStargatesHub, stream: ServerHttp2Stream) {
+    this.hub = hub
+    this.stream = stream
+  }
+}
+
+function onWatcherDrain (this: ServerHttp2Stream): void {
+  const watcher = watchers.get(this)
+  if (watcher === undefined) return
+  watcher.blocked = false
+  const frame = watcher.pending
+  if (frame !== null) {
+    watcher.pending = null
+    watcher.hub.write(watcher, frame, 'change')
+  }
+}
+
+function onWatcherClose (this: ServerHttp2Stream): void {
+  const watcher = watchers.get(this)
+  if (watcher !== undefined) watcher.hub.remove(watcher)
+}
+
+const watchers = new WeakMap<ServerHttp2Stream, Watcher>()
+
+export class WatchStargatesHub {
+  readonly #options: WatchStargatesOptions
+  readonly #watchers = new Set<Watcher>()
+  readonly #now: () => number
+  #frame: Buffer | null = null
+  #timer: NodeJS.Timeout | null = null
+  #unsubscribe: (() => void) | null = null
+  #closed = false
+
+  constructor (options: WatchStargatesOptions) {
+    this.#options = options
+    this.#now = options.now ?? Date.now
+    this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
+    if (options.heartbeatMs > 0) {
+      this.#timer = setInterval(() => { this.#heartbeat() }, options.heartbeatMs)
+      this.#timer.unref()
+    }
+  }
+
+  get size (): number {
+    return this.#watchers.size
+  }
+
+  /** The frame watchers currently receive, or null while the snapshot is uninitialized. */
+  get frame (): Buffer | null {
+    return this.#frame
+  }
+
+  /** Serves one WatchStargates call on a stream whose request headers were accepted. */
+  handle (stream: ServerHttp2Stream): void {
+    if (this.#closed) {
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': 'router shutting down' }, { endStream: true })
+      return
+    }
+    stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true })
+    // The request is one empty WatchStargatesRequest; nothing in it changes the answer.
+    stream.resume()
+    const watcher = new Watcher(this, stream)
+    watchers.set(stream, watcher)
+    this.#watchers.add(watcher)
+    this.#options.metrics.watchStreamsActive.inc()
+    stream.on('drain', onWatcherDrain)
+    stream.on('close', onWatcherClose)
+    if (this.#frame !== null) this.write(watcher, this.#frame, 'initial')
+  }
+
+  /** Writes a frame unless the stream is congested, in which case it becomes the pending one. */
+  write (watcher: Watcher, frame: Buffer, reason: SendReason): void {
+    if (watcher.blocked) {
+      watcher.pending = frame
+      return
+    }
+    watcher.lastSentAt = this.#now()
+    this.#options.metrics.watchMessagesSent.labels(reason).inc()
+    if (!watcher.stream.write(frame)) watcher.blocked = true
+  }
+
+  remove (watcher: Watcher): void {
+    if (this.#watchers.delete(watcher)) this.#options.metrics.watchStreamsActive.dec()
+  }
+
+  /** Ends every watch stream with UNAVAILABLE so clients re-watch elsewhere; refuses new ones. */
+  close (message = 'router shutting down'): void {
+    if (this.#closed) return
+    this.#closed = true
+    if (this.#timer !== null) clearInterval(this.#timer)
+    this.#unsubscribe?.()
+    for (const watcher of this.#watchers) endWithStatus(watcher.stream, GrpcStatus.UNAVAILABLE, message)
+  }
+
+  #onSnapshot (snapshot: TargetSnapshot): void {
+    if (!snapshot.initialized) return
+    const started = performance.now()
+    const frame = encodeStargates(snapshot, this.#options)
+    this.#options.metrics.watchEncodeDuration.observe((performance.now() - started) / 1000)
+    if (this.#frame !== null && this.#frame.equals(frame)) return // an address change advertises nothing new
+    this.#frame = frame
+    for (const watcher of this.#watchers) this.write(watcher, frame, 'change')
+  }
+
+  #heartbeat (): void {
+    const frame = this.#frame
+    if (frame === null) return
+    // Watchers that got a message recently are skipped; each gets one at least every heartbeat.
+    const due = this.#now() - this.#options.heartbeatMs / 2
+    for (const watcher of this.#watchers) {
+      if (watcher.lastSentAt <= due) this.write(watcher, frame, 'heartbeat')
+    }
+  }
+}
+
+/** The framed WatchStargatesResponse advertising every ready target, sorted by id. */
+export function encodeStargates (
+  snapshot: TargetSnapshot,
+  options: Pick<WatchStargatesOptions, 'template' | 'advertisedGrpcPort' | 'pylonGrpcDialAddr' | 'remoteWatchUrls'>
+): Buffer {
+  const port = `:${options.advertisedGrpcPort}`
+  const stargates = snapshot.targets.map((target) => {
+    const host = options.template.render(target.identity)
+    return {
+      stargateId: target.identity,
+      advertiseAddr: host + port,
+      httpAdvertiseAddr: target.httpPort === null ? '' : host + port,
+      grpcPylonDialAddr: options.pylonGrpcDialAddr,
+    }
+  })
+  const message = create(WatchStargatesResponseSchema, { stargates, watchStargateUrls: [...options.remoteWatchUrls] })
+  return frameMessage(toBinary(WatchStargatesResponseSchema, message))
+}

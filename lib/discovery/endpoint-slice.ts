@@ -1,0 +1,122 @@
+/**
+ * SPEC §3 rules 1–4: one EndpointSlice (JSON as the API server sends it, so `unknown`)
+ * to the observations it makes about pods. Pure; no I/O.
+ */
+import { isIP } from 'node:net'
+import { formatHost, type PodTarget, type PortNames } from './types.ts'
+
+/** Bounded label values of stargate_k8s_router_endpointslice_skipped_total. */
+export const SKIP_REASONS = [
+  'malformed_slice',
+  'unsupported_address_type',
+  'missing_grpc_port',
+  'missing_quic_port',
+  'invalid_port',
+  'no_identity',
+  'no_address',
+] as const
+export type SkipReason = typeof SKIP_REASONS[number]
+
+/** What one slice says about one pod: ready with a target, or present but not ready. */
+export interface Observation {
+  readonly identity: string
+  readonly target: PodTarget | null
+}
+
+export interface ParsedSlice {
+  readonly observations: readonly Observation[]
+  /** Skipped endpoints or a skipped slice, by reason. */
+  readonly skipped: readonly SkipReason[]
+}
+
+type Json = Record<string, unknown>
+
+function asObject (value: unknown): Json | null {
+  return typeof value === 'object' && value !== null && !Array.isArray(value) ? value as Json : null
+}
+
+function asString (value: unknown): string | null {
+  return typeof value === 'string' && value !== '' ? value : null
+}
+
+/** Rule 3: a port by exact name and protocol (absent protocol = TCP), 1..65535. */
+function findPort (ports: readonly unknown[], name: string, protocol: 'TCP' | 'UDP'): number | 'missing' | 'invalid' {
+  for (const entry of ports) {
+    const port = asObject(entry)
+    if (port === null || port.name !== name) continue
+    const proto = port.protocol === undefined || port.protocol === null ? 'TCP' : port.protocol
+    if (proto !== protocol) continue
+    const value = port.port
+    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > 65535) return 'invalid'
+    return value
+  }
+  return 'missing'
+}
+
+/** Rule 1: targetRef.name when the ref is a Pod (or has no kind), else hostname, else none. */
+export function identityOf (endpoint: Json): string | null {
+  const ref = asObject(endpoint.targetRef)
+  if (ref !== null && (ref.kind === undefined || ref.kind === null || ref.kind === '' || ref.kind === 'Pod')) {
+    const name = asString(ref.name)
+    if (name !== null) return name
+  }
+  return asString(endpoint.hostname)
+}
+
+/** Rule 2: ready (absent = true) and serving (absent = ready) and not terminating (absent = false). */
+export function isReady (endpoint: Json): boolean {
+  const conditions = asObject(endpoint.conditions) ?? {}
+  const ready = conditions.ready !== false
+  const serving = typeof conditions.serving === 'boolean' ? conditions.serving : ready
+  const terminating = conditions.terminating === true
+  return ready && serving && !terminating
+}
+
+export function parseEndpointSlice (raw: unknown, ports: PortNames): ParsedSlice {
+  const slice = asObject(raw)
+  const metadata = slice === null ? null : asObject(slice.metadata)
+  if (slice === null || metadata === null) return { observations: [], skipped: ['malformed_slice'] }
+  const addressType = slice.addressType
+  if (addressType !== 'IPv4' && addressType !== 'IPv6') return { observations: [], skipped: ['unsupported_address_type'] }
+  const ipVersion = addressType === 'IPv4' ? 4 : 6
+  const endpoints = Array.isArray(slice.endpoints) ? slice.endpoints : []
+  if (endpoints.length === 0) return { observations: [], skipped: [] }
+
+  const portList = Array.isArray(slice.ports) ? slice.ports : []
+  const grpcPort = findPort(portList, ports.grpc, 'TCP')
+  if (grpcPort === 'missing') return { observations: [], skipped: ['missing_grpc_port'] }
+  const quicPort = findPort(portList, ports.quic, 'UDP')
+  if (quicPort === 'missing') return { observations: [], skipped: ['missing_quic_port'] }
+  if (grpcPort === 'invalid' || quicPort === 'invalid') return { observations: [], skipped: ['invalid_port'] }
+  const http = findPort(portList, ports.http, 'TCP')
+  const httpPort = typeof http === 'number' ? http : null
+
+  const namespace = asString(metadata.namespace) ?? ''
+  const observations: Observation[] = []
+  const skipped: SkipReason[] = []
+  for (const entry of endpoints) {
+    const endpoint = asObject(entry)
+    if (endpoint === null) { skipped.push('malformed_slice'); continue }
+    const identity = identityOf(endpoint)
+    if (identity === null) { skipped.push('no_identity'); continue }
+    // Rule 4: the first address; it must be an address of the slice's family.
+    const address = Array.isArray(endpoint.addresses) ? endpoint.addresses[0] : undefined
+    if (typeof address !== 'string' || isIP(address) !== ipVersion) { skipped.push('no_address'); continue }
+    if (!isReady(endpoint)) { observations.push({ identity, target: null }); continue }
+    observations.push({
+      identity,
+      target: {
+        identity,
+        namespace,
+        address,
+        host: formatHost(address),
+        grpcPort,
+        quicPort,
+        httpPort,
+        nodeName: asString(endpoint.nodeName),
+        zone: asString(endpoint.zone),
+      },
+    })
+  }
+  return { observations, skipped }
+}
