@@ -25,4 +25,12 @@ export default tseslint.config(
     files: ['test/**/*.ts', 'bench/**/*.ts', 'server/demo.ts', 'scripts/**/*.ts'],
     rules: { 'no-console': 'off' },
   },
+  {
+    // tap runs the subtests t.test() returns itself (its documented style); every other
+    // promise in a test must still be awaited.
+    files: ['test/**/*.ts'],
+    rules: {
+      '@typescript-eslint/no-floating-promises': ['error', { allowForKnownSafeCalls: [{ from: 'package', name: 'test', package: '@tapjs/test' }] }],
+    },
+  },
 )

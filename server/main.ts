@@ -4,9 +4,7 @@
  * SIGTERM/SIGINT exits at once with 1.
  */
 import { ConfigError, parseConfig } from '../lib/config/config.ts'
-import { loadKubeConfig } from '../lib/discovery/kube-config.ts'
 import { createLogger } from '../lib/log.ts'
-import { startRouter } from './router.ts'
 
 function fail (message: string): never {
   process.stderr.write(`stargate-router: ${message}\n`)
@@ -26,6 +24,10 @@ async function main (): Promise<void> {
     return
   }
   const config = parsed.config
+  // Loaded only now: the Kubernetes client and the server stack take about a second of CPU
+  // to import, which --help and configuration errors should not pay.
+  const { loadKubeConfig } = await import('../lib/discovery/kube-config.ts')
+  const { startRouter } = await import('./router.ts')
   let kubeConfig
   if (config.discovery === 'kubernetes') {
     const loaded = loadKubeConfig(process.env)

@@ -13,8 +13,14 @@ import { FileTargetSource } from '../lib/discovery/file.ts'
 import type { DiscoveryStatus } from '../lib/discovery/types.ts'
 import { WatchStargatesHub } from '../lib/control-plane/watch-stargates.ts'
 import { createGrpcDispatch } from '../lib/control-plane/grpc-dispatch.ts'
+import { GrpcStatus, respondWithStatus } from '../lib/control-plane/grpc.ts'
+import { RegistrationForwarder } from '../lib/control-plane/registration-forwarder.ts'
+import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
+import { startTls } from './tls-wiring.ts'
+import { startTunnel, type RunningTunnel } from './tunnels.ts'
 import { FrontDoor } from '../lib/front-door/listener.ts'
-import { createHttpApp } from '../lib/front-door/http-app.ts'
+import { HttpPods } from '../lib/http-forward/pods.ts'
+import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
 import { HealthServer } from '../lib/health/server.ts'
 import { Readiness, snapshotReadiness, stalenessReadiness } from '../lib/health/readiness.ts'
 import { createMetrics, type RouterMetrics } from '../lib/metrics/metrics.ts'
@@ -32,9 +38,12 @@ export interface RouterDeps {
 export interface RunningRouter {
   readonly frontDoor: AddressInfo
   readonly health: AddressInfo
+  readonly tunnel: RunningTunnel
   readonly snapshot: SnapshotStore
   readonly metrics: RouterMetrics
   readonly readiness: Readiness
+  readonly upstreamPool: UpstreamPool
+  readonly registrations: RegistrationForwarder
   /** Graceful shutdown (SPEC §11); idempotent. */
   shutdown (): Promise<void>
 }
@@ -61,6 +70,10 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   })
 
   const readiness = new Readiness()
+  // Before discovery: invalid TLS material fails start-up (no insecure fallback).
+  // The self-signed fallback identity covers every advertised host (tunnels need one).
+  const tls = await startTls(config, template.render('*'), metrics, logger)
+  readiness.add(tls.manager.readinessCheck())
   let source: StoppableSource
   const ports = { grpc: config.grpcPortName, quic: config.quicPortName, http: config.httpPortName }
   if (config.discovery === 'kubernetes') {
@@ -87,24 +100,62 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   readiness.add(stalenessReadiness(source, config.maxSnapshotStalenessMs))
   metrics.setSnapshotAgeSource(() => source.stalenessMs() / 1000)
 
-  const hub = new WatchStargatesHub({
+  // Created once the front door listens: with --listen-addr :0 the advertised port is only
+  // known then. Until then a watch is refused (that window is the listen call itself).
+  let hub: WatchStargatesHub | null = null
+  const upstreamPool = new UpstreamPool({
+    connectTimeoutMs: config.connectTimeoutMs,
+    tls: tls.upstream,
+    serverName: (target) => template.render(target.identity),
+    logger,
+    onSessionCountChange: (count) => { metrics.upstreamSessions.set(count) },
+  })
+  const registrations = new RegistrationForwarder({
     snapshot: store,
     template,
-    advertisedGrpcPort: config.advertisedGrpcPort,
-    pylonGrpcDialAddr: config.pylonGrpcDialAddr,
-    remoteWatchUrls: config.remoteWatchUrls,
-    heartbeatMs: config.watchHeartbeatMs,
+    pool: upstreamPool,
+    upstreamScheme: config.upstreamTls ? 'https' : 'http',
+    drainGraceMs: config.drainGraceMs,
+    maxMessageBytes: config.grpcMaxMessageBytes,
     metrics,
     logger,
   })
-  const httpApp = await createHttpApp(null)
+  const httpPods = new HttpPods({
+    snapshot: store,
+    connectTimeoutMs: config.connectTimeoutMs,
+    tls: tls.upstream,
+    serverName: (target) => template.render(target.identity),
+    closeGraceMs: config.shutdownDrainMs,
+  })
+  const httpForwarder = new HttpForwarder({
+    snapshot: store,
+    template,
+    pods: httpPods,
+    maxBodyBytes: config.httpMaxBodyBytes,
+    headersTimeoutMs: config.httpHeadersTimeoutMs,
+    idleTimeoutMs: config.httpIdleTimeoutMs,
+    requestTimeoutMs: config.httpRequestTimeoutMs,
+    metrics,
+    logger,
+  })
   const frontDoor = new FrontDoor({
     host: config.listenAddr.host,
     port: config.listenAddr.port,
     logger,
-    onGrpcStream: createGrpcDispatch({ watchStargates: (stream) => { hub.handle(stream) }, registerInferenceServer: null }),
-    onHttpRequest: httpApp.handler,
+    onGrpcStream: createGrpcDispatch({
+      watchStargates: (stream) => {
+        if (hub !== null) hub.handle(stream)
+        else respondWithStatus(stream, GrpcStatus.UNAVAILABLE, 'router is starting')
+      },
+      registerInferenceServer: (stream, headers, rawHeaders) => { registrations.handle(stream, headers, rawHeaders) },
+    }),
+    onHttpRequest: (req, res) => { httpForwarder.handle(req, res) },
+    tls: tls.frontDoor,
+    limits: { maxConcurrentStreams: config.http2MaxConcurrentStreams, maxHeaderListSize: config.http2MaxHeaderListBytes },
+    onRapidReset: () => { metrics.http2RapidResetCloses.inc() },
+    onTlsError: () => { metrics.tlsHandshakeFailures.labels('front_door').inc() },
   })
+  tls.attach(frontDoor, upstreamPool, httpPods)
   const health = new HealthServer({
     host: config.healthListenAddr.host,
     port: config.healthListenAddr.port,
@@ -115,29 +166,48 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   })
   let healthAddress: AddressInfo
   let frontDoorAddress: AddressInfo
+  let tunnel: RunningTunnel | null = null
   try {
     healthAddress = await health.listen()
     frontDoorAddress = await frontDoor.listen()
+    tunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger })
   } catch (err) {
-    await Promise.allSettled([health.close(), frontDoor.close(0), source.stop()])
-    hub.close()
+    await Promise.allSettled([health.close(), frontDoor.close(0), source.stop(), tls.manager.close(), tunnel?.close()])
+    registrations.close()
     throw err
   }
-  logger.info({ frontDoor: frontDoorAddress, health: healthAddress, discovery: config.discovery, template: template.source }, 'stargate router listening')
+  hub = new WatchStargatesHub({
+    snapshot: store,
+    template,
+    advertisedGrpcPort: config.advertisedGrpcPort === 0 ? frontDoorAddress.port : config.advertisedGrpcPort,
+    pylonGrpcDialAddr: config.pylonGrpcDialAddr,
+    remoteWatchUrls: config.remoteWatchUrls,
+    heartbeatMs: config.watchHeartbeatMs,
+    metrics,
+    logger,
+  })
+  const watchHub = hub
+  const runningTunnel = tunnel
+  logger.info({ frontDoor: frontDoorAddress, health: healthAddress, discovery: config.discovery, template: template.source, frontDoorTls: tls.frontDoor !== null, clientCertificates: tls.frontDoor?.requireClientCert ?? false, upstreamTls: tls.upstream !== null }, 'stargate router listening')
 
   let stopping: Promise<void> | null = null
   const shutdown = (): Promise<void> => {
     stopping ??= (async () => {
       readiness.startDraining()
       logger.info({ drainMs: config.shutdownDrainMs }, 'shutting down: draining connections')
-      hub.close('router shutting down')
-      await frontDoor.close(config.shutdownDrainMs)
+      watchHub.close('router shutting down')
+      runningTunnel.stopAccepting()
+      await frontDoor.close(config.shutdownDrainMs, () => { registrations.endAll('router shutting down') })
+      await runningTunnel.close()
+      registrations.close()
+      upstreamPool.close(1000)
       await source.stop()
-      await httpApp.app.close()
+      await tls.manager.close()
+      await httpPods.close()
       await health.close()
       logger.info('shutdown complete')
     })()
     return stopping
   }
-  return { frontDoor: frontDoorAddress, health: healthAddress, snapshot: store, metrics, readiness, shutdown }
+  return { frontDoor: frontDoorAddress, health: healthAddress, tunnel: runningTunnel, snapshot: store, metrics, readiness, upstreamPool, registrations, shutdown }
 }

@@ -31,10 +31,19 @@ export interface Config {
   readonly watchHeartbeatMs: number
   readonly connectTimeoutMs: number
   readonly drainGraceMs: number
+  readonly grpcMaxMessageBytes: number
   readonly relayIdleTimeoutMs: number
   readonly relayKeepAliveMs: number
   readonly tunnelProtocol: 'raw-quic' | 'webtransport'
+  readonly quicRetry: boolean
+  readonly quicMaxConnections: number
+  readonly httpMaxBodyBytes: number
+  readonly httpHeadersTimeoutMs: number
+  readonly httpIdleTimeoutMs: number
+  readonly httpRequestTimeoutMs: number
   readonly shutdownDrainMs: number
+  readonly http2MaxConcurrentStreams: number
+  readonly http2MaxHeaderListBytes: number
   readonly tlsCertPath: string | null
   readonly tlsKeyPath: string | null
   readonly clientCaPath: string | null
@@ -45,6 +54,12 @@ export interface Config {
   readonly tlsDebounceMs: number
   readonly enablePeerDiscovery: boolean
   readonly peerService: string | null
+  readonly peersFile: string | null
+  readonly peerHealthPortName: string
+  readonly peerHealthPort: number
+  readonly peerCheckIntervalMs: number
+  readonly peerCheckTimeoutMs: number
+  readonly peerDivergenceGraceMs: number
   readonly logLevel: string
   readonly logFormat: 'json' | 'pretty'
 }
@@ -97,7 +112,7 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     const fromEnv = readEnv(spec, env)
     if (fromEnv !== undefined) {
       if (spec.kind === 'list') return { value: fromEnv.value.split(',').map((s) => s.trim()).filter((s) => s !== ''), from: fromEnv.from }
-      if (spec.kind === 'bool') return { value: parseBool(fromEnv.value, `--${name} (${fromEnv.from})`), from: fromEnv.from }
+      if (spec.kind === 'bool') return { value: parseBool(name, fromEnv.from, fromEnv.value), from: fromEnv.from }
       return { value: fromEnv.value, from: fromEnv.from }
     }
     if (spec.kind === 'bool') return { value: spec.default === 'true', from: 'default' }
@@ -163,11 +178,17 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
   }
   const enablePeerDiscovery = bool('enable-peer-discovery')
   const peerService = emptyToNull(str('peer-service'))
-  if (enablePeerDiscovery && peerService === null) {
-    throw new ConfigError('peer-service', 'missing --peer-service: --enable-peer-discovery needs the router\'s own Service name')
+  const peersFile = emptyToNull(str('peers-file'))
+  if (enablePeerDiscovery && peerService === null && peersFile === null) {
+    throw new ConfigError('peer-service', 'missing --peer-service: --enable-peer-discovery needs the router\'s own Service name (or --peers-file without Kubernetes)')
+  }
+  if (enablePeerDiscovery && peerService !== null && (env.POD_IP ?? '') === '' && (env.POD_NAME ?? '') === '') {
+    throw new ConfigError('enable-peer-discovery', 'invalid --enable-peer-discovery: set POD_IP or POD_NAME (downward API) so the replica can exclude itself from its peers')
   }
   for (const url of list('remote-watch-url')) {
-    if (!URL.canParse(url)) throw new ConfigError('remote-watch-url', `invalid --remote-watch-url '${url}': expected an absolute URL such as https://router.other-cluster.example:50071`)
+    // URL.canParse alone accepts 'router.example:50071' (scheme 'router.example:'); Pylons dial these.
+    const parsedUrl = URL.parse(url)
+    if (parsedUrl === null || (parsedUrl.protocol !== 'http:' && parsedUrl.protocol !== 'https:') || parsedUrl.hostname === '') throw new ConfigError('remote-watch-url', `invalid --remote-watch-url '${url}': expected an http:// or https:// URL such as https://router.other-cluster.example:50071`)
   }
 
   const config: Config = {
@@ -189,10 +210,19 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     watchHeartbeatMs: int('watch-heartbeat-ms', 0, MAX_MS) ?? 5000,
     connectTimeoutMs: int('connect-timeout-ms', 1, MAX_MS) ?? 5000,
     drainGraceMs: int('drain-grace-ms', 0, MAX_MS) ?? 30000,
+    grpcMaxMessageBytes: int('grpc-max-message-bytes', 1024, 64 * 1024 * 1024) ?? 4194304,
     relayIdleTimeoutMs,
     relayKeepAliveMs,
     tunnelProtocol: str('tunnel-protocol') as Config['tunnelProtocol'],
+    quicRetry: bool('quic-retry'),
+    quicMaxConnections: int('quic-max-connections', 1, 1_000_000) ?? 10000,
+    httpMaxBodyBytes: int('http-max-body-bytes', 0, 2 ** 40) ?? 33554432,
+    httpHeadersTimeoutMs: int('http-headers-timeout-ms', 1, MAX_MS) ?? 30000,
+    httpIdleTimeoutMs: int('http-idle-timeout-ms', 1, MAX_MS) ?? 300000,
+    httpRequestTimeoutMs: int('http-request-timeout-ms', 0, MAX_MS) ?? 0,
     shutdownDrainMs: int('shutdown-drain-ms', 0, MAX_MS) ?? 25000,
+    http2MaxConcurrentStreams: int('http2-max-concurrent-streams', 1, 1_000_000) ?? 1000,
+    http2MaxHeaderListBytes: int('http2-max-header-list-bytes', 1024, 1024 * 1024) ?? 16384,
     tlsCertPath,
     tlsKeyPath,
     clientCaPath,
@@ -203,6 +233,12 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     tlsDebounceMs: int('tls-debounce-ms', 0, 60000) ?? 200,
     enablePeerDiscovery,
     peerService,
+    peersFile,
+    peerHealthPortName: required('peer-health-port-name', str('peer-health-port-name'), 'name the peers\' health port'),
+    peerHealthPort: int('peer-health-port', 1, 65535) ?? 8080,
+    peerCheckIntervalMs: int('peer-check-interval-ms', 100, MAX_MS) ?? 10000,
+    peerCheckTimeoutMs: int('peer-check-timeout-ms', 10, MAX_MS) ?? 2000,
+    peerDivergenceGraceMs: int('peer-divergence-grace-ms', 0, MAX_MS) ?? 30000,
     logLevel: str('log-level') ?? 'info',
     logFormat: str('log-format') as Config['logFormat'],
   }
@@ -213,11 +249,11 @@ function emptyToNull (value: string | null): string | null {
   return value === null || value === '' ? null : value
 }
 
-function parseBool (value: string, what: string): boolean {
+function parseBool (flagName: string, envName: string, value: string): boolean {
   switch (value.toLowerCase()) {
     case 'true': case '1': case 'yes': return true
     case 'false': case '0': case 'no': return false
-    default: throw new ConfigError(what, `invalid ${what} '${value}': expected true or false`)
+    default: throw new ConfigError(flagName, `invalid --${flagName} (${envName}) '${value}': expected true or false`)
   }
 }
 
@@ -230,12 +266,14 @@ export function parseListenAddress (flagName: string, value: string): ListenAddr
   let portText: string
   if (value.startsWith('[')) {
     const close = value.indexOf(']')
-    if (close < 0 || value[close + 1] !== ':') return fail('unterminated IPv6 address')
+    if (close < 0) return fail('unterminated IPv6 address')
+    if (value[close + 1] !== ':') return fail('no port')
     host = value.slice(1, close)
     portText = value.slice(close + 2)
   } else {
     const colon = value.lastIndexOf(':')
-    if (colon <= 0) return fail('no port')
+    if (colon < 0) return fail('no port')
+    if (colon === 0) return fail('no host')
     host = value.slice(0, colon)
     portText = value.slice(colon + 1)
     if (host.includes(':')) return fail('IPv6 addresses need brackets')

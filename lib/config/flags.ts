@@ -63,10 +63,21 @@ export const FLAGS: readonly FlagSpec[] = [
 
   // Forwarding and relaying
   flag('connect-timeout-ms', 'int', '5000', 'timeout for connecting to a Stargate pod'),
+  flag('grpc-max-message-bytes', 'int', '4194304', 'largest gRPC message a Pylon may send on a registration stream (RESOURCE_EXHAUSTED above it)'),
   flag('drain-grace-ms', 'int', '30000', 'how long a registration stream may outlive its target leaving the ready set'),
   flag('relay-idle-timeout-ms', 'int', '300000', 'idle timeout of relayed tunnel connections (> 0)'),
   flag('relay-keep-alive-ms', 'int', '10000', 'keep-alive interval of relayed tunnel connections (< idle timeout; 0 disables)'),
   flag('tunnel-protocol', 'string', 'raw-quic', 'reverse tunnel protocol on the tunnel port', { choices: ['raw-quic', 'webtransport'] }),
+  flag('quic-retry', 'bool', 'false', 'validate client addresses with a stateless QUIC Retry before accepting a tunnel (costs one round trip)'),
+  flag('quic-max-connections', 'int', '10000', 'most concurrent QUIC connections (handshaking or relaying) on the tunnel port'),
+
+  // LLM client HTTP forwarding
+  flag('http-max-body-bytes', 'int', '33554432', 'largest LLM client request body (413 payload_too_large above it)'),
+  flag('http-headers-timeout-ms', 'int', '30000', 'time for a client to send request headers, and for a pod to start its response (504 upstream_timeout)'),
+  flag('http-idle-timeout-ms', 'int', '300000', 'longest silence on a forwarded request or response body, e.g. between SSE tokens'),
+  flag('http-request-timeout-ms', 'int', '0', 'total time a forwarded request may take; 0 means no limit (LLM streams are long)'),
+  flag('http2-max-concurrent-streams', 'int', '1000', 'HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients of the front door'),
+  flag('http2-max-header-list-bytes', 'int', '16384', 'largest request header list (HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE, HTTP/1.1 header size) on the front door'),
   flag('shutdown-drain-ms', 'int', '25000', 'on SIGTERM, how long in-flight streams and requests may finish'),
 
   // TLS
@@ -82,6 +93,12 @@ export const FLAGS: readonly FlagSpec[] = [
   // Peers
   flag('enable-peer-discovery', 'bool', 'false', 'discover router replicas and report Stargate snapshot divergence'),
   flag('peer-service', 'string', undefined, 'the router\'s own Service, required with --enable-peer-discovery'),
+  flag('peers-file', 'string', undefined, 'YAML or JSON file of peer routers for runs without Kubernetes (instead of --peer-service)'),
+  flag('peer-health-port-name', 'string', 'health', 'EndpointSlice port name of the peers\' health port'),
+  flag('peer-health-port', 'int', '8080', 'health port of peers whose slice lacks --peer-health-port-name'),
+  flag('peer-check-interval-ms', 'int', '10000', 'how often each peer\'s /debug/snapshot is compared with ours'),
+  flag('peer-check-timeout-ms', 'int', '2000', 'timeout of one peer snapshot check'),
+  flag('peer-divergence-grace-ms', 'int', '30000', 'how long a peer\'s snapshot digest may differ from ours before it is reported divergent'),
 
   // Logging
   flag('log-level', 'string', 'info', 'pino log level', { choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }),

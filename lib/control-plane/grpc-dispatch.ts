@@ -4,14 +4,12 @@ import { GrpcStatus, REGISTER_INFERENCE_SERVER_PATH, WATCH_STARGATES_PATH, respo
 import type { GrpcStreamHandler } from '../front-door/listener.ts'
 
 export interface GrpcMethods {
-  readonly watchStargates: (stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => void
-  /** Null until registration forwarding is wired in. */
-  readonly registerInferenceServer: ((stream: ServerHttp2Stream, headers: IncomingHttpHeaders) => void) | null
+  readonly watchStargates: (stream: ServerHttp2Stream) => void
+  readonly registerInferenceServer: (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: readonly string[]) => void
 }
 
 export function createGrpcDispatch (methods: GrpcMethods): GrpcStreamHandler {
-  const register = methods.registerInferenceServer
-  return function dispatchGrpc (stream, headers) {
+  return function dispatchGrpc (stream, headers, rawHeaders) {
     const path = headers[':path']
     if (headers[':method'] !== 'POST') {
       respondWithStatus(stream, GrpcStatus.UNIMPLEMENTED, `gRPC requires POST, got ${String(headers[':method'])}`)
@@ -19,11 +17,10 @@ export function createGrpcDispatch (methods: GrpcMethods): GrpcStreamHandler {
     }
     switch (path) {
       case WATCH_STARGATES_PATH:
-        methods.watchStargates(stream, headers)
+        methods.watchStargates(stream)
         return
       case REGISTER_INFERENCE_SERVER_PATH:
-        if (register !== null) register(stream, headers)
-        else respondWithStatus(stream, GrpcStatus.UNIMPLEMENTED, 'RegisterInferenceServer is not served by this router yet')
+        methods.registerInferenceServer(stream, headers, rawHeaders)
         return
       default:
         respondWithStatus(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}`)

@@ -9,7 +9,7 @@ import { create, toBinary } from '@bufbuild/protobuf'
 import { WatchStargatesResponseSchema } from './gen/stargate/stargate_pb.js'
 import { GrpcStatus, endWithStatus, frameMessage } from './grpc.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
-import type { SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
+import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
 
@@ -63,6 +63,7 @@ export class WatchStargatesHub {
   readonly #watchers = new Set<Watcher>()
   readonly #now: () => number
   #frame: Buffer | null = null
+  #advertised: TargetSnapshot | null = null
   #timer: NodeJS.Timeout | null = null
   #unsubscribe: (() => void) | null = null
   #closed = false
@@ -130,6 +131,10 @@ export class WatchStargatesHub {
 
   #onSnapshot (snapshot: TargetSnapshot): void {
     if (!snapshot.initialized) return
+    // Most snapshot changes (a pod's IP, node, zone) advertise nothing new: compare what is
+    // advertised before paying for an encode of the whole set.
+    if (this.#frame !== null && sameAdvertised(this.#advertised, snapshot)) return
+    this.#advertised = snapshot
     const started = performance.now()
     const frame = encodeStargates(snapshot, this.#options)
     this.#options.metrics.watchEncodeDuration.observe((performance.now() - started) / 1000)
@@ -147,6 +152,19 @@ export class WatchStargatesHub {
       if (watcher.lastSentAt <= due) this.write(watcher, frame, 'heartbeat')
     }
   }
+}
+
+/** Whether two snapshots advertise the same entries: same identities, same http presence. */
+function sameAdvertised (a: TargetSnapshot | null, b: TargetSnapshot): boolean {
+  if (a === null || a.targets.length !== b.targets.length) return false
+  const x = a.targets
+  const y = b.targets
+  for (let i = 0; i < x.length; i++) {
+    const p = x[i] as PodTarget
+    const q = y[i] as PodTarget
+    if (p.identity !== q.identity || (p.httpPort === null) !== (q.httpPort === null)) return false
+  }
+  return true
 }
 
 /** The framed WatchStargatesResponse advertising every ready target, sorted by id. */

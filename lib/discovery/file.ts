@@ -39,7 +39,8 @@ export function parseTargetsFile (text: string, defaultNamespace: string): Targe
   try {
     doc = parseYaml(text)
   } catch (err) {
-    return { ok: false, error: `not valid YAML or JSON: ${(err as Error).message.split('\n')[0]}` }
+    // The yaml library's first line ends with ':' before a source excerpt on the next lines.
+    return { ok: false, error: `not valid YAML or JSON: ${((err as Error).message.split('\n')[0] ?? '').replace(/:$/, '')}` }
   }
   const list = Array.isArray(doc) ? doc : (typeof doc === 'object' && doc !== null ? (doc as { targets?: unknown }).targets : undefined)
   if (!Array.isArray(list)) return { ok: false, error: 'expected a list of targets or an object with a "targets" list' }

@@ -1,0 +1,368 @@
+/**
+ * RegisterInferenceServer, forwarded transparently (SPEC §5): each Pylon stream is spliced
+ * to a stream on a pooled HTTP/2 session to the pod its :authority names. Messages pass as
+ * opaque DATA chunks in both directions, full duplex; headers, metadata and trailers are
+ * copied unchanged. A congested side pauses the other (Node stream backpressure plus HTTP/2
+ * flow control), so nothing buffers without bound.
+ *
+ *   Pylon ──down (ServerHttp2Stream)──▶ router ──up (ClientHttp2Stream)──▶ Stargate pod
+ *
+ * Handlers are module-level functions that find their splice through a symbol on the stream,
+ * so a stream costs no closures. Errors reach the Pylon as gRPC statuses; a lost upstream is
+ * UNAVAILABLE (never INTERNAL) so that the Pylon re-registers.
+ */
+import http2, { type ClientHttp2Stream, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
+import { resolveAuthority } from '../routing/resolve.ts'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
+import type { RouterMetrics } from '../metrics/metrics.ts'
+import type { Logger } from '../log.ts'
+import { GrpcStatus, respondWithStatus, type GrpcStatusCode } from './grpc.ts'
+import { GrpcFrameGuard } from './grpc-frame-guard.ts'
+import type { UpstreamConnectError, UpstreamPool } from './upstream-pool.ts'
+
+import type { RegistrationOutcome } from './registration-outcomes.ts'
+
+export interface RegistrationForwarderOptions {
+  readonly snapshot: SnapshotReader
+  readonly template: HostnameTemplate
+  readonly pool: UpstreamPool
+  /** 'http' for h2c upstreams, 'https' with --upstream-tls. */
+  readonly upstreamScheme: 'http' | 'https'
+  readonly drainGraceMs: number
+  readonly maxMessageBytes: number
+  readonly metrics: RouterMetrics
+  readonly logger: Logger
+}
+
+const { NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM } = { NGHTTP2_CANCEL: http2.constants.NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM: 0x1 }
+
+const kSplice = Symbol('splice')
+type Down = ServerHttp2Stream & { [kSplice]?: Splice }
+type Up = ClientHttp2Stream & { [kSplice]?: Splice }
+
+class Splice {
+  readonly forwarder: RegistrationForwarder
+  readonly down: Down
+  readonly target: PodTarget
+  readonly guard: GrpcFrameGuard
+  readonly startedAt: number
+  up: Up | null = null
+  trailers: IncomingHttpHeaders | null = null
+  outcome: RegistrationOutcome | null = null
+  drainTimer: NodeJS.Timeout | null = null
+  finished = false
+
+  constructor (forwarder: RegistrationForwarder, down: Down, target: PodTarget, guard: GrpcFrameGuard) {
+    this.forwarder = forwarder
+    this.down = down
+    this.target = target
+    this.guard = guard
+    this.startedAt = performance.now()
+  }
+}
+
+// --- downstream (Pylon) events -------------------------------------------------------------
+
+function onDownData (this: Down, chunk: Buffer): void {
+  const splice = this[kSplice]
+  if (splice === undefined || splice.up === null) return
+  const violation = splice.guard.check(chunk)
+  if (violation !== null) {
+    const message = violation.kind === 'too_large'
+      ? `received message larger than max (${violation.size} vs. ${splice.forwarder.maxMessageBytes})`
+      : 'received compressed message but grpc-encoding was not declared'
+    splice.forwarder.fail(splice, violation.kind === 'too_large' ? GrpcStatus.RESOURCE_EXHAUSTED : GrpcStatus.INTERNAL, message, 'invalid_argument')
+    return
+  }
+  if (!splice.up.write(chunk)) this.pause()
+}
+
+function onDownEnd (this: Down): void {
+  const splice = this[kSplice]
+  if (splice === undefined || splice.up === null) return
+  if (!splice.guard.atBoundary) {
+    // A length prefix promised more bytes than the Pylon sent before ending the stream.
+    splice.forwarder.fail(splice, GrpcStatus.INTERNAL, 'stream ended in the middle of a message', 'invalid_argument')
+    return
+  }
+  if (!splice.up.destroyed) splice.up.end()
+}
+
+function onDownDrain (this: Down): void {
+  this[kSplice]?.up?.resume()
+}
+
+function onDownClose (this: Down): void {
+  const splice = this[kSplice]
+  if (splice === undefined) return
+  const up = splice.up
+  // A cancelled or vanished Pylon cancels the upstream stream at once.
+  if (up !== null && !up.closed) up.close(NGHTTP2_CANCEL)
+  splice.forwarder.finish(splice, splice.outcome ?? 'forwarded')
+}
+
+function onDownWantTrailers (this: Down): void {
+  const splice = this[kSplice]
+  if (splice === undefined) return
+  const trailers = splice.trailers
+  if (trailers !== null) this.sendTrailers(copyTrailers(trailers))
+  else this.sendTrailers({ 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': 'stargate target ended the stream without a status' })
+}
+
+// --- upstream (Stargate) events ------------------------------------------------------------
+
+function onUpResponse (this: Up, _headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]): void {
+  const splice = this[kSplice]
+  if (splice === undefined) return
+  const down = splice.down
+  if (down.closed || down.destroyed || down.headersSent) return
+  const headers = withoutConnectionHeaders(rawHeaders)
+  if ((flags & HTTP2_FLAG_END_STREAM) !== 0) {
+    // Trailers-only response (a status without messages): pass it on as one HEADERS frame.
+    splice.outcome ??= 'forwarded'
+    down.respond(headers, { endStream: true })
+    return
+  }
+  down.respond(headers, { waitForTrailers: true })
+}
+
+function onUpData (this: Up, chunk: Buffer): void {
+  const splice = this[kSplice]
+  if (splice === undefined) return
+  const down = splice.down
+  if (down.closed || down.destroyed) return
+  if (!down.write(chunk)) this.pause()
+}
+
+function onUpTrailers (this: Up, trailers: IncomingHttpHeaders): void {
+  const splice = this[kSplice]
+  if (splice !== undefined) splice.trailers = trailers
+}
+
+function onUpEnd (this: Up): void {
+  const splice = this[kSplice]
+  if (splice === undefined) return
+  splice.outcome ??= 'forwarded'
+  const down = splice.down
+  if (!down.closed && !down.destroyed && down.headersSent && !down.writableEnded) down.end()
+}
+
+function onUpClose (this: Up): void {
+  const splice = this[kSplice]
+  if (splice === undefined) return
+  const down = splice.down
+  if (down.closed || down.destroyed) return
+  if (splice.outcome !== null && (down.writableEnded || this.rstCode === http2.constants.NGHTTP2_NO_ERROR)) return
+  // Reset by the pod, or its session died: UNAVAILABLE so that the Pylon registers again.
+  splice.forwarder.fail(splice, GrpcStatus.UNAVAILABLE, `stargate target ${splice.target.identity} reset the stream`, 'upstream_reset')
+}
+
+function onUpError (this: Up): void {
+  // Reported through 'close' (rstCode); without a listener the error would be thrown.
+}
+
+function withoutConnectionHeaders (raw: readonly string[]): string[] {
+  // Connection-specific fields are forbidden in HTTP/2 (RFC 9113 §8.2.2); Node never
+  // delivers them, so the raw list is passed through as received.
+  return raw as string[]
+}
+
+function copyTrailers (trailers: IncomingHttpHeaders): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {}
+  for (const key in trailers) {
+    const value = trailers[key]
+    if (value !== undefined && key.charCodeAt(0) !== 58 /* : */) out[key] = value
+  }
+  return out
+}
+
+/** The upstream request's header list: the Pylon's own, with :scheme of the upstream leg. */
+function upstreamHeaders (rawHeaders: readonly string[], scheme: string): string[] {
+  const out: string[] = []
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] as string
+    out.push(name, name === ':scheme' ? scheme : rawHeaders[i + 1] as string)
+  }
+  return out
+}
+
+export class RegistrationForwarder {
+  readonly #options: RegistrationForwarderOptions
+  /** Open splices by target identity, to drain them when their pod leaves the ready set. */
+  readonly #byIdentity = new Map<string, Set<Splice>>()
+  readonly #unsubscribe: () => void
+  readonly maxMessageBytes: number
+
+  constructor (options: RegistrationForwarderOptions) {
+    this.#options = options
+    this.maxMessageBytes = options.maxMessageBytes
+    this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
+  }
+
+  /** Open registration streams (downstream side). */
+  get active (): number {
+    let n = 0
+    for (const set of this.#byIdentity.values()) n += set.size
+    return n
+  }
+
+  handle (down: Down, headers: IncomingHttpHeaders, rawHeaders: readonly string[]): void {
+    const { metrics } = this.#options
+    metrics.registrationStreamsOpened.inc()
+    const authority = headers[':authority']
+    const route = resolveAuthority(authority, this.#options.snapshot.current(), this.#options.template)
+    if (!route.ok) {
+      switch (route.reason) {
+        case 'missing_authority':
+          this.#reject(down, GrpcStatus.INVALID_ARGUMENT, 'registration requires a target stargate authority', 'invalid_argument')
+          return
+        case 'unknown_authority':
+          this.#reject(down, GrpcStatus.INVALID_ARGUMENT, `registration authority ${hostOf(authority ?? '')} does not match advertised stargate hostname template`, 'invalid_argument')
+          return
+        case 'target_unavailable':
+          this.#reject(down, GrpcStatus.UNAVAILABLE, `target stargate ${route.identity} is not ready`, 'target_unavailable')
+          return
+        default: {
+          const never: never = route
+          throw new Error(`unhandled route failure ${String(never)}`)
+        }
+      }
+    }
+    const encoding = headers['grpc-encoding']
+    const guard = new GrpcFrameGuard(this.maxMessageBytes, encoding !== undefined && encoding !== 'identity')
+    const splice = new Splice(this, down, route.target, guard)
+    down[kSplice] = splice
+    metrics.registrationStreamsActive.inc()
+    this.#track(splice)
+    // Nothing flows until the upstream stream exists; HTTP/2 flow control holds the Pylon.
+    down.pause()
+    down.on('close', onDownClose)
+    this.#options.pool.openStream(route.target, upstreamHeaders(rawHeaders, this.#options.upstreamScheme), (err, up) => {
+      this.#onUpstream(splice, err, up)
+    })
+  }
+
+  #onUpstream (splice: Splice, err: UpstreamConnectError | null, up: Up | null): void {
+    const down = splice.down
+    if (err !== null || up === null) {
+      const message = err?.message ?? 'failed to connect to stargate target'
+      this.fail(splice, GrpcStatus.UNAVAILABLE, message, 'connect_error')
+      return
+    }
+    if (down.closed || down.destroyed || splice.finished) {
+      up.close(NGHTTP2_CANCEL)
+      return
+    }
+    splice.up = up
+    up[kSplice] = splice
+    up.on('response', onUpResponse)
+    up.on('data', onUpData)
+    up.on('trailers', onUpTrailers)
+    up.on('end', onUpEnd)
+    up.on('close', onUpClose)
+    up.on('error', onUpError)
+    down.on('data', onDownData)
+    down.on('end', onDownEnd)
+    down.on('drain', onDownDrain)
+    down.on('wantTrailers', onDownWantTrailers)
+    up.on('drain', onUpDrain)
+    down.resume()
+  }
+
+  /** Ends the Pylon's stream with a status and cancels the upstream one. */
+  fail (splice: Splice, code: GrpcStatusCode, message: string, outcome: RegistrationOutcome): void {
+    if (splice.outcome === null || outcome !== 'forwarded') splice.outcome = outcome
+    const up = splice.up
+    if (up !== null && !up.closed) up.close(NGHTTP2_CANCEL)
+    const down = splice.down
+    if (down.headersSent) {
+      // Trailers may already be queued by the normal path; only end it if it is still open.
+      if (!down.writableEnded) {
+        splice.trailers = { 'grpc-status': String(code), 'grpc-message': message }
+        down.end()
+      }
+    } else {
+      respondWithStatus(down, code, message)
+    }
+    if (outcome !== 'forwarded') this.#options.logger.debug({ target: splice.target.identity, outcome, message }, 'registration stream ended by the router')
+  }
+
+  /** Called once per splice when the Pylon's stream closes. */
+  finish (splice: Splice, outcome: RegistrationOutcome): void {
+    if (splice.finished) return
+    splice.finished = true
+    if (splice.drainTimer !== null) clearTimeout(splice.drainTimer)
+    this.#untrack(splice)
+    const { metrics } = this.#options
+    metrics.registrationStreamsActive.dec()
+    metrics.registrationStreamsClosed.labels(outcome).inc()
+    metrics.registrationStreamDuration.observe((performance.now() - splice.startedAt) / 1000)
+  }
+
+  /** Ends every open registration stream with UNAVAILABLE (shutdown drain deadline). */
+  endAll (message: string): void {
+    for (const set of this.#byIdentity.values()) {
+      for (const splice of [...set]) this.fail(splice, GrpcStatus.UNAVAILABLE, message, 'drained')
+    }
+  }
+
+  /** Stops draining watches; open streams are left to the front door's shutdown. */
+  close (): void {
+    this.#unsubscribe()
+    for (const set of this.#byIdentity.values()) for (const splice of set) if (splice.drainTimer !== null) clearTimeout(splice.drainTimer)
+  }
+
+  #reject (down: ServerHttp2Stream, code: GrpcStatusCode, message: string, outcome: RegistrationOutcome): void {
+    respondWithStatus(down, code, message)
+    this.#options.metrics.registrationStreamsClosed.labels(outcome).inc()
+  }
+
+  #track (splice: Splice): void {
+    let set = this.#byIdentity.get(splice.target.identity)
+    if (set === undefined) {
+      set = new Set()
+      this.#byIdentity.set(splice.target.identity, set)
+    }
+    set.add(splice)
+  }
+
+  #untrack (splice: Splice): void {
+    const set = this.#byIdentity.get(splice.target.identity)
+    if (set === undefined) return
+    set.delete(splice)
+    if (set.size === 0) this.#byIdentity.delete(splice.target.identity)
+  }
+
+  #onSnapshot (snapshot: TargetSnapshot): void {
+    this.#options.pool.retain(snapshot)
+    if (!snapshot.initialized) return
+    for (const [identity, set] of this.#byIdentity) {
+      const present = snapshot.byIdentity.has(identity)
+      for (const splice of set) {
+        if (present && splice.drainTimer !== null) {
+          clearTimeout(splice.drainTimer)
+          splice.drainTimer = null
+        } else if (!present && splice.drainTimer === null) {
+          splice.drainTimer = setTimeout(onDrainTimeout, this.#options.drainGraceMs, splice)
+          splice.drainTimer.unref()
+        }
+      }
+    }
+  }
+}
+
+function onUpDrain (this: Up): void {
+  this[kSplice]?.down.resume()
+}
+
+function onDrainTimeout (splice: Splice): void {
+  splice.drainTimer = null
+  if (splice.finished) return
+  splice.forwarder.fail(splice, GrpcStatus.UNAVAILABLE, `target stargate ${splice.target.identity} left the ready set`, 'drained')
+}
+
+function hostOf (authority: string): string {
+  const colon = authority.lastIndexOf(':')
+  return colon > 0 && !authority.endsWith(']') ? authority.slice(0, colon) : authority
+}

@@ -1,0 +1,261 @@
+/**
+ * HTTP/2 client sessions to Stargate pods, pooled per pod address (SPEC §5: a pooled session
+ * per pod, not a connection per call). A pod gets a second session only when the first has
+ * as many open streams as the pod allows (its SETTINGS_MAX_CONCURRENT_STREAMS).
+ *
+ * Sessions are tagged with the trust generation they were made under, so a change of the
+ * upstream trust bundle can close exactly the sessions made with the old one; and with their
+ * target, so sessions to pods that left the snapshot (or moved to a new IP) are closed
+ * gracefully (GOAWAY: open streams finish, no new ones).
+ */
+import http2, { type ClientHttp2Session, type ClientHttp2Stream, type OutgoingHttpHeaders, type SecureClientSessionOptions } from 'node:http2'
+import type { SecureContext } from 'node:tls'
+import type { PodTarget, TargetSnapshot } from '../discovery/types.ts'
+import type { Logger } from '../log.ts'
+
+/** The upstream TLS material in force, from lib/tls (null: dial h2c). */
+export interface UpstreamTls {
+  readonly secureContext: SecureContext
+  readonly generation: number
+}
+
+export interface UpstreamPoolOptions {
+  readonly connectTimeoutMs: number
+  /** Called per new session; null dials cleartext HTTP/2 (h2c). */
+  readonly tls: (() => UpstreamTls) | null
+  /** TLS server name to verify for a target (the advertised host). */
+  readonly serverName: (target: PodTarget) => string
+  readonly logger: Logger
+  readonly onSessionCountChange?: (count: number) => void
+  readonly settings?: http2.Settings
+}
+
+export class UpstreamConnectError extends Error {
+  readonly code: 'connect_timeout' | 'connect_failed'
+  readonly address: string
+  constructor (code: 'connect_timeout' | 'connect_failed', address: string, message: string, cause?: unknown) {
+    super(message, cause === undefined ? undefined : { cause })
+    this.name = 'UpstreamConnectError'
+    this.code = code
+    this.address = address
+  }
+}
+
+type AcquireCallback = (err: UpstreamConnectError | null, pooled: PooledSession | null) => void
+export type OpenStreamCallback = (err: UpstreamConnectError | null, stream: ClientHttp2Stream | null) => void
+
+interface PooledSession {
+  readonly session: ClientHttp2Session
+  readonly key: string
+  readonly generation: number
+  connected: boolean
+  /** Streams opened through the pool and not yet closed. */
+  active: number
+  waiters: AcquireCallback[]
+  timer: NodeJS.Timeout | null
+}
+
+const kPooled = Symbol('pooled')
+type PooledStream = ClientHttp2Stream & { [kPooled]?: PooledSession }
+
+function onPooledStreamClose (this: PooledStream): void {
+  const pooled = this[kPooled]
+  if (pooled !== undefined) pooled.active--
+}
+
+function keyOf (target: PodTarget): string {
+  return `${target.host}:${target.grpcPort}`
+}
+
+export class UpstreamPool {
+  readonly #options: UpstreamPoolOptions
+  readonly #sessions = new Map<string, PooledSession[]>()
+  #count = 0
+  #closed = false
+
+  constructor (options: UpstreamPoolOptions) {
+    this.#options = options
+  }
+
+  /** Number of live sessions (connecting or connected). */
+  get size (): number {
+    return this.#count
+  }
+
+  /** Open streams over every pooled session: what a leak test counts. */
+  openStreams (): number {
+    let n = 0
+    for (const list of this.#sessions.values()) for (const pooled of list) n += pooled.active
+    return n
+  }
+
+  /**
+   * Opens a stream to the target on a pooled session: synchronously when a connected session
+   * with room exists, else after connecting. Errors are UpstreamConnectError.
+   */
+  openStream (target: PodTarget, headers: OutgoingHttpHeaders | readonly string[], callback: OpenStreamCallback): void {
+    this.#acquire(target, (err, pooled) => {
+      if (err !== null || pooled === null) {
+        callback(err, null)
+        return
+      }
+      let stream: PooledStream
+      try {
+        stream = pooled.session.request(headers, { endStream: false })
+      } catch (cause) {
+        callback(new UpstreamConnectError('connect_failed', pooled.key, `failed to connect to stargate target: ${(cause as Error).message}`, cause), null)
+        return
+      }
+      pooled.active++
+      stream[kPooled] = pooled
+      stream.once('close', onPooledStreamClose)
+      callback(null, stream)
+    })
+  }
+
+  #acquire (target: PodTarget, callback: AcquireCallback): void {
+    if (this.#closed) {
+      callback(new UpstreamConnectError('connect_failed', keyOf(target), 'failed to connect to stargate target: router is shutting down'), null)
+      return
+    }
+    const key = keyOf(target)
+    const list = this.#sessions.get(key)
+    const generation = this.#options.tls?.().generation ?? 0
+    if (list !== undefined) {
+      for (const pooled of list) {
+        if (pooled.generation !== generation || pooled.session.closed || pooled.session.destroyed) continue
+        if (!pooled.connected) {
+          pooled.waiters.push(callback)
+          return
+        }
+        const max = pooled.session.remoteSettings.maxConcurrentStreams ?? 0xffffffff
+        if (pooled.active < max) {
+          callback(null, pooled)
+          return
+        }
+      }
+    }
+    const pooled = this.#connect(target, key)
+    pooled.waiters.push(callback)
+  }
+
+  /** Closes sessions (gracefully) whose target is not in the snapshot at that address any more. */
+  retain (snapshot: TargetSnapshot): void {
+    if (!snapshot.initialized) return
+    const live = new Set<string>()
+    for (const target of snapshot.targets) live.add(keyOf(target))
+    for (const [key, list] of this.#sessions) {
+      if (live.has(key)) continue
+      for (const pooled of list) pooled.session.close()
+    }
+  }
+
+  /** Closes sessions made under another trust generation: GOAWAY now, destroy after graceMs. */
+  closeGeneration (keepGeneration: number, graceMs: number): number {
+    let closed = 0
+    for (const list of this.#sessions.values()) {
+      for (const pooled of list) {
+        if (pooled.generation === keepGeneration) continue
+        closed++
+        closeGracefully(pooled.session, graceMs)
+      }
+    }
+    return closed
+  }
+
+  /** Shutdown: no new sessions; close the existing ones after their streams end or graceMs. */
+  close (graceMs: number): void {
+    this.#closed = true
+    for (const list of this.#sessions.values()) for (const pooled of list) closeGracefully(pooled.session, graceMs)
+  }
+
+  #connect (target: PodTarget, key: string): PooledSession {
+    const tls = this.#options.tls?.() ?? null
+    const authority = tls === null ? `http://${key}` : `https://${key}`
+    const options: SecureClientSessionOptions = {
+      settings: { enablePush: false, ...this.#options.settings },
+      // Node's default 10 MB per session is too small for thousands of registration streams.
+      maxSessionMemory: 64,
+    }
+    if (tls !== null) {
+      options.secureContext = tls.secureContext
+      options.servername = this.#options.serverName(target)
+      options.ALPNProtocols = ['h2']
+    }
+    const session = http2.connect(authority, options)
+    const pooled: PooledSession = { session, key, generation: tls?.generation ?? 0, connected: false, active: 0, waiters: [], timer: null }
+    let list = this.#sessions.get(key)
+    if (list === undefined) {
+      list = []
+      this.#sessions.set(key, list)
+    }
+    list.push(pooled)
+    this.#setCount(this.#count + 1)
+
+    pooled.timer = setTimeout(() => {
+      pooled.timer = null
+      this.#fail(pooled, new UpstreamConnectError('connect_timeout', key, 'timed out connecting to stargate target'))
+    }, this.#options.connectTimeoutMs)
+    // Ready once the pod's SETTINGS arrived: a socket that accepts but never speaks HTTP/2
+    // is still "connecting" and runs into the connect timeout.
+    session.once('remoteSettings', () => {
+      if (pooled.timer !== null) clearTimeout(pooled.timer)
+      pooled.timer = null
+      pooled.connected = true
+      const waiters = pooled.waiters
+      pooled.waiters = []
+      for (const waiter of waiters) waiter(null, pooled)
+    })
+    session.on('error', (err: NodeJS.ErrnoException) => {
+      if (!pooled.connected) {
+        this.#fail(pooled, new UpstreamConnectError('connect_failed', key, `failed to connect to stargate target: ${err.code ?? err.message}`, err))
+      } else {
+        this.#options.logger.debug({ upstream: key, err: err.code ?? err.message }, 'upstream session error')
+      }
+    })
+    session.on('close', () => { this.#forget(pooled) })
+    session.on('goaway', () => {
+      // The pod is going away or shedding load: no new streams on this session.
+      this.#forget(pooled)
+    })
+    return pooled
+  }
+
+  #fail (pooled: PooledSession, err: UpstreamConnectError): void {
+    const waiters = pooled.waiters
+    pooled.waiters = []
+    this.#forget(pooled)
+    pooled.session.destroy()
+    for (const waiter of waiters) waiter(err, null)
+  }
+
+  #forget (pooled: PooledSession): void {
+    const list = this.#sessions.get(pooled.key)
+    if (list === undefined) return
+    const at = list.indexOf(pooled)
+    if (at < 0) return
+    list.splice(at, 1)
+    if (list.length === 0) this.#sessions.delete(pooled.key)
+    if (pooled.timer !== null) clearTimeout(pooled.timer)
+    this.#setCount(this.#count - 1)
+    if (pooled.waiters.length > 0) {
+      const waiters = pooled.waiters
+      pooled.waiters = []
+      const err = new UpstreamConnectError('connect_failed', pooled.key, 'failed to connect to stargate target: session closed before connecting')
+      for (const waiter of waiters) waiter(err, null)
+    }
+  }
+
+  #setCount (count: number): void {
+    this.#count = count
+    this.#options.onSessionCountChange?.(count)
+  }
+}
+
+function closeGracefully (session: ClientHttp2Session, graceMs: number): void {
+  if (session.destroyed) return
+  session.close()
+  const timer = setTimeout(() => { session.destroy() }, graceMs)
+  timer.unref()
+  session.once('close', () => { clearTimeout(timer) })
+}

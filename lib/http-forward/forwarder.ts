@@ -1,0 +1,303 @@
+/**
+ * LLM client HTTP forwarding (SPEC §6): every non-gRPC request of the front door, HTTP/1.1 or
+ * h2, goes to a ready pod's http port with undici. The pod is the one the Host names through
+ * the hostname template, else the less loaded of two random ready pods. Bodies stream both
+ * ways without buffering (SSE tokens are written as they arrive) with backpressure in both
+ * directions; a client that goes away aborts the upstream request at once.
+ *
+ * A connect failure before any request byte was read from the client is retried once on
+ * another pod; nothing is retried after that. Errors are JSON with x-stargate-error-code.
+ *
+ * Each request is one Exchange object, which is also the undici dispatch handler (undici's
+ * native callback interface: no wrapper objects, no header parsing into objects).
+ */
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
+import type { TLSSocket } from 'node:tls'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import type { SnapshotReader } from '../discovery/types.ts'
+import type { RouterMetrics } from '../metrics/metrics.ts'
+import type { Logger } from '../log.ts'
+import { ERROR_BODIES, HTTP_ERRORS, type HttpErrorCode } from './errors.ts'
+import { downstreamResponseHeaders, isValidRequestId, upstreamRequestHeaders } from './headers.ts'
+import type { HttpPod, HttpPods } from './pods.ts'
+
+type Req = IncomingMessage | Http2ServerRequest
+type Res = ServerResponse | Http2ServerResponse
+
+export const HTTP_OUTCOMES = ['forwarded', 'client_aborted', ...Object.keys(HTTP_ERRORS)] as const
+export type HttpOutcome = 'forwarded' | 'client_aborted' | HttpErrorCode
+
+export interface HttpForwarderOptions {
+  readonly snapshot: SnapshotReader
+  readonly template: HostnameTemplate
+  readonly pods: HttpPods
+  readonly maxBodyBytes: number
+  readonly headersTimeoutMs: number
+  readonly idleTimeoutMs: number
+  readonly requestTimeoutMs: number
+  readonly metrics: RouterMetrics
+  readonly logger: Logger
+}
+
+const CONNECT_ERRORS = new Set(['ECONNREFUSED', 'UND_ERR_CONNECT_TIMEOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNRESET', 'UND_ERR_SOCKET'])
+const BODYLESS = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS', 'TRACE'])
+
+function statusClass (status: number): string {
+  return status < 200 ? '1xx' : status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx'
+}
+
+class Exchange {
+  readonly forwarder: HttpForwarder
+  readonly req: Req
+  readonly res: Res
+  readonly requestId: string
+  readonly startedAt: number
+  readonly hostTargeted: boolean
+  readonly headers: string[]
+  readonly hasBody: boolean
+  pod: HttpPod | null
+  attempt = 1
+  bodyBytes = 0
+  bodyStarted = false
+  counting = false
+  abort: ((err?: Error) => void) | null = null
+  resume: (() => void) | null = null
+  responded = false
+  done = false
+  status = 0
+  firstByteAt = 0
+  timer: NodeJS.Timeout | null = null
+
+  constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, hostTargeted: boolean, requestId: string, headers: string[], hasBody: boolean) {
+    this.forwarder = forwarder
+    this.req = req
+    this.res = res
+    this.pod = pod
+    this.hostTargeted = hostTargeted
+    this.requestId = requestId
+    this.headers = headers
+    this.hasBody = hasBody
+    this.startedAt = performance.now()
+  }
+
+  // --- undici dispatch handler (native callback interface) ---
+
+  onConnect (abort: (err?: Error) => void): void {
+    if (this.done) {
+      abort()
+      return
+    }
+    this.abort = abort
+    // Counted from here, not earlier: a 'data' listener starts the flow, and undici attaches
+    // its own reader in this same tick, so no chunk is missed by either.
+    if (this.hasBody && !this.counting) {
+      this.counting = true
+      this.req.on('data', onReqData)
+    }
+  }
+
+  onHeaders (statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
+    if (statusCode < 200) return true // 1xx: wait for the final response
+    if (this.done) return false
+    this.resume = resume
+    this.responded = true
+    this.status = statusCode
+    this.firstByteAt = performance.now()
+    const res = this.res as ServerResponse
+    res.writeHead(statusCode, downstreamResponseHeaders(rawHeaders, this.requestId))
+    // Send the head now: a streaming response may take a while to produce its first chunk.
+    res.flushHeaders()
+    this.forwarder.options.metrics.httpTimeToFirstByte.observe((this.firstByteAt - this.startedAt) / 1000)
+    return true
+  }
+
+  onData (chunk: Buffer): boolean {
+    if (this.done) return false
+    return (this.res as ServerResponse).write(chunk)
+  }
+
+  onComplete (): void {
+    if (this.done) return
+    ;(this.res as ServerResponse).end()
+    this.forwarder.finish(this, 'forwarded')
+  }
+
+  onError (err: Error & { code?: string }): void {
+    if (this.done) return
+    this.forwarder.onUpstreamError(this, err)
+  }
+}
+
+function onResDrain (this: Res & { [kExchange]?: Exchange }): void {
+  this[kExchange]?.resume?.()
+}
+
+function onResClose (this: Res & { [kExchange]?: Exchange }): void {
+  const exchange = this[kExchange]
+  if (exchange === undefined || exchange.done) return
+  // The client went away before the response completed: abort upstream at once. Finish
+  // first: undici reports the abort synchronously through onError, which must see `done`.
+  exchange.forwarder.finish(exchange, 'client_aborted')
+  exchange.abort?.(new Error('client closed the connection'))
+}
+
+function onReqData (this: Req & { [kExchange]?: Exchange }, chunk: Buffer): void {
+  const exchange = this[kExchange]
+  if (exchange === undefined) return
+  exchange.bodyStarted = true
+  exchange.bodyBytes += chunk.length
+  if (exchange.bodyBytes > exchange.forwarder.options.maxBodyBytes && !exchange.done) {
+    exchange.forwarder.fail(exchange, 'payload_too_large')
+    exchange.abort?.(new Error('request body too large'))
+  }
+}
+
+function onTimeout (exchange: Exchange): void {
+  exchange.timer = null
+  if (exchange.done) return
+  exchange.forwarder.fail(exchange, 'upstream_timeout')
+  exchange.abort?.(new Error('request timeout'))
+}
+
+const kExchange = Symbol('exchange')
+
+export class HttpForwarder {
+  readonly options: HttpForwarderOptions
+
+  constructor (options: HttpForwarderOptions) {
+    this.options = options
+  }
+
+  handle (req: Req, res: Res): void {
+    const { options } = this
+    const h2 = req.httpVersionMajor === 2
+    const host = h2 ? (req as Http2ServerRequest).authority : req.headers.host
+    const incomingId = req.headers['x-request-id']
+    const requestId = typeof incomingId === 'string' && isValidRequestId(incomingId) ? incomingId : randomUUID()
+
+    let pod: HttpPod | null
+    const identity = typeof host === 'string' ? options.template.match(host) : null
+    const hostTargeted = identity !== null
+    if (identity !== null) {
+      pod = options.pods.get(identity) ?? null
+      if (pod === null) {
+        this.#reject(res, options.snapshot.current().byIdentity.has(identity) ? 'target_unavailable' : 'unknown_target', requestId)
+        return
+      }
+    } else {
+      pod = options.pods.pick(null)
+      if (pod === null) { this.#reject(res, 'no_ready_targets', requestId); return }
+    }
+
+    const length = req.headers['content-length']
+    if (length !== undefined && Number(length) > options.maxBodyBytes) {
+      this.#reject(res, 'payload_too_large', requestId)
+      req.resume()
+      return
+    }
+    const hasBody = !BODYLESS.has(req.method ?? 'GET') || (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined
+    const socket = req.socket
+    const headers = upstreamRequestHeaders(req.rawHeaders, {
+      clientAddress: socket?.remoteAddress ?? '',
+      proto: (socket as TLSSocket | undefined)?.encrypted === true ? 'https' : 'http',
+      host: typeof host === 'string' ? host : '',
+      requestId,
+    })
+    const exchange = new Exchange(this, req, res, pod, hostTargeted, requestId, headers, hasBody)
+    const tagged = res as Res & { [kExchange]?: Exchange }
+    tagged[kExchange] = exchange
+    ;(req as Req & { [kExchange]?: Exchange })[kExchange] = exchange
+    res.on('drain', onResDrain)
+    res.on('close', onResClose)
+    if (options.requestTimeoutMs > 0) exchange.timer = setTimeout(onTimeout, options.requestTimeoutMs, exchange)
+    options.metrics.httpRequestsInFlight.inc()
+    this.#dispatch(exchange)
+  }
+
+  #dispatch (exchange: Exchange): void {
+    const pod = exchange.pod as HttpPod
+    pod.inflight++
+    const req = exchange.req
+    pod.pool.dispatch({
+      path: req.url ?? '/',
+      method: req.method ?? 'GET',
+      headers: exchange.headers,
+      body: exchange.hasBody ? req : null,
+      headersTimeout: this.options.headersTimeoutMs,
+      bodyTimeout: this.options.idleTimeoutMs,
+    }, exchange as never)
+  }
+
+  onUpstreamError (exchange: Exchange, err: Error & { code?: string }): void {
+    const pod = exchange.pod
+    if (pod !== null) pod.inflight--
+    exchange.pod = null
+    const code = err.code ?? ''
+    if (!exchange.responded && CONNECT_ERRORS.has(code) && !exchange.bodyStarted && exchange.attempt === 1 && !exchange.hostTargeted) {
+      const next = this.options.pods.pick(pod)
+      if (next !== null) {
+        exchange.attempt = 2
+        exchange.pod = next
+        this.options.logger.debug({ requestId: exchange.requestId, err: code, from: pod?.target.identity, to: next.target.identity }, 'retrying request on another pod after a connect failure')
+        this.#dispatch(exchange)
+        return
+      }
+    }
+    if (exchange.responded) {
+      // The response had started: the only honest signal left is to cut the connection.
+      this.options.logger.warn({ requestId: exchange.requestId, err: code || err.message, pod: pod?.target.identity }, 'upstream failed mid-response')
+      ;(exchange.res as ServerResponse).destroy()
+      this.finish(exchange, 'upstream_error')
+      return
+    }
+    const timeout = code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT'
+    this.options.logger.warn({ requestId: exchange.requestId, err: code || err.message, pod: pod?.target.identity, attempt: exchange.attempt }, 'upstream request failed')
+    this.fail(exchange, timeout ? 'upstream_timeout' : 'upstream_error')
+  }
+
+  /** Answers with an error (or cuts the connection when the response had started). */
+  fail (exchange: Exchange, code: HttpErrorCode): void {
+    if (exchange.done) return
+    if (exchange.responded) {
+      (exchange.res as ServerResponse).destroy()
+    } else {
+      writeError(exchange.res, code, exchange.requestId)
+      exchange.status = HTTP_ERRORS[code].status
+    }
+    this.finish(exchange, code)
+  }
+
+  finish (exchange: Exchange, outcome: HttpOutcome): void {
+    if (exchange.done) return
+    exchange.done = true
+    if (exchange.timer !== null) clearTimeout(exchange.timer)
+    if (exchange.pod !== null) exchange.pod.inflight--
+    exchange.pod = null
+    const { metrics } = this.options
+    metrics.httpRequestsInFlight.dec()
+    metrics.httpRequests.labels(outcome, statusClass(exchange.status === 0 ? 499 : exchange.status)).inc()
+    metrics.httpRequestDuration.observe((performance.now() - exchange.startedAt) / 1000)
+    if (outcome !== 'forwarded' && this.options.logger.isLevelEnabled('debug')) {
+      this.options.logger.debug({ requestId: exchange.requestId, outcome, status: exchange.status }, 'http request finished')
+    }
+  }
+
+  #reject (res: Res, code: HttpErrorCode, requestId: string): void {
+    writeError(res, code, requestId)
+    this.options.metrics.httpRequests.labels(code, statusClass(HTTP_ERRORS[code].status)).inc()
+  }
+}
+
+function writeError (res: Res, code: HttpErrorCode, requestId: string): void {
+  if (res.headersSent || res.destroyed) return
+  const body = ERROR_BODIES[code]
+  ;(res as ServerResponse).writeHead(HTTP_ERRORS[code].status, [
+    'content-type', 'application/json',
+    'content-length', String(body.length),
+    'x-stargate-error-code', code,
+    'x-request-id', requestId,
+  ])
+  res.end(body)
+}

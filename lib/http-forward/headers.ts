@@ -1,0 +1,92 @@
+/**
+ * Header rewriting of the HTTP forwarder (SPEC §6, RFC 9110 §7.6.1): hop-by-hop fields and
+ * the fields a Connection header names are dropped in both directions; the upstream request
+ * gets x-forwarded-for/-proto/-host and x-request-id. Works on flat raw header lists
+ * ([name, value, name, value, ...]) so duplicates and order survive.
+ */
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings'])
+
+/** Extra hop-by-hop names listed in Connection headers (lower-case), or null when none. */
+function connectionListed (raw: readonly string[]): Set<string> | null {
+  let listed: Set<string> | null = null
+  for (let i = 0; i < raw.length; i += 2) {
+    if ((raw[i] as string).toLowerCase() !== 'connection') continue
+    for (const token of (raw[i + 1] as string).split(',')) {
+      const name = token.trim().toLowerCase()
+      if (name !== '') (listed ??= new Set()).add(name)
+    }
+  }
+  return listed
+}
+
+/** A request-id a client may choose: visible ASCII, at most 200 characters. */
+export function isValidRequestId (value: string): boolean {
+  if (value.length === 0 || value.length > 200) return false
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i)
+    if (c < 0x21 || c > 0x7e) return false
+  }
+  return true
+}
+
+export interface ForwardedFor {
+  readonly clientAddress: string
+  readonly proto: 'http' | 'https'
+  readonly host: string
+  readonly requestId: string
+}
+
+/**
+ * The header list for the upstream request: the client's fields minus hop-by-hop ones and
+ * pseudo-headers, `host` kept (from :authority for HTTP/2 clients), x-forwarded-* appended to
+ * what earlier proxies set, x-request-id set.
+ */
+export function upstreamRequestHeaders (raw: readonly string[], forwarded: ForwardedFor): string[] {
+  const listed = connectionListed(raw)
+  const out: string[] = []
+  let priorFor: string | null = null
+  let sawHost = false
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i] as string
+    if (name.charCodeAt(0) === 58 /* : */) continue
+    const lower = name.toLowerCase()
+    if (HOP_BY_HOP.has(lower) || (listed !== null && listed.has(lower))) continue
+    if (lower === 'x-forwarded-for') { priorFor = priorFor === null ? raw[i + 1] as string : `${priorFor}, ${raw[i + 1] as string}`; continue }
+    if (lower === 'x-forwarded-proto' || lower === 'x-forwarded-host' || lower === 'x-request-id') continue
+    if (lower === 'host') sawHost = true
+    out.push(name, raw[i + 1] as string)
+  }
+  if (!sawHost && forwarded.host !== '') out.push('host', forwarded.host)
+  out.push(
+    'x-forwarded-for', priorFor === null ? forwarded.clientAddress : `${priorFor}, ${forwarded.clientAddress}`,
+    'x-forwarded-proto', forwarded.proto,
+    'x-forwarded-host', forwarded.host,
+    'x-request-id', forwarded.requestId,
+  )
+  return out
+}
+
+/** Response fields for the client: the pod's minus hop-by-hop ones, as strings. */
+export function downstreamResponseHeaders (raw: readonly Buffer[], requestId: string): string[] {
+  const out: string[] = []
+  let listed: Set<string> | null = null
+  for (let i = 0; i < raw.length; i += 2) {
+    if ((raw[i] as Buffer).length === 10 && (raw[i] as Buffer).toString('latin1').toLowerCase() === 'connection') {
+      for (const token of (raw[i + 1] as Buffer).toString('latin1').split(',')) {
+        const name = token.trim().toLowerCase()
+        if (name !== '') (listed ??= new Set()).add(name)
+      }
+    }
+  }
+  let sawRequestId = false
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = (raw[i] as Buffer).toString('latin1')
+    const lower = name.toLowerCase()
+    if (HOP_BY_HOP.has(lower) || (listed !== null && listed.has(lower))) continue
+    if (lower === 'x-request-id') sawRequestId = true
+    out.push(name, (raw[i + 1] as Buffer).toString('latin1'))
+  }
+  if (!sawRequestId) out.push('x-request-id', requestId)
+  return out
+}

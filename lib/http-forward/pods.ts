@@ -1,0 +1,132 @@
+/**
+ * The pods LLM client requests can go to, with an undici Pool each (SPEC §6). Rebuilt from
+ * every snapshot: a pod keeps its pool while its address, port and upstream trust stay the
+ * same; a pod that left, moved, or was dialled under a replaced trust bundle has its pool
+ * closed (in-flight requests finish; new ones go to the new pool). Pods without an http port
+ * are never candidates.
+ */
+import { Pool } from 'undici'
+import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
+import type { UpstreamTls } from '../control-plane/upstream-pool.ts'
+
+export interface HttpPod {
+  /** Replaced in place when only node/zone details of the same pod change. */
+  target: PodTarget
+  readonly httpPort: number
+  readonly pool: Pool
+  readonly generation: number
+  /** Requests dispatched and not finished: the load the balancer compares. */
+  inflight: number
+}
+
+export interface HttpPodsOptions {
+  readonly snapshot: SnapshotReader
+  readonly connectTimeoutMs: number
+  readonly keepAliveTimeoutMs?: number
+  /** Upstream TLS for --upstream-tls, null for cleartext. */
+  readonly tls: (() => UpstreamTls) | null
+  readonly serverName: (target: PodTarget) => string
+  /** Grace for requests still running on a closed pool before it is destroyed. */
+  readonly closeGraceMs: number
+  readonly random?: () => number
+}
+
+export class HttpPods {
+  readonly #options: HttpPodsOptions
+  readonly #random: () => number
+  #byIdentity = new Map<string, HttpPod>()
+  #candidates: HttpPod[] = []
+  readonly #unsubscribe: () => void
+
+  constructor (options: HttpPodsOptions) {
+    this.#options = options
+    this.#random = options.random ?? Math.random
+    this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#rebuild(snapshot) })
+  }
+
+  /** The pod with this identity, when it is ready and has an http port. */
+  get (identity: string): HttpPod | undefined {
+    return this.#byIdentity.get(identity)
+  }
+
+  get size (): number {
+    return this.#candidates.length
+  }
+
+  /** Power of two choices on in-flight requests (SPEC §6), never `exclude`. */
+  pick (exclude: HttpPod | null): HttpPod | null {
+    const candidates = this.#candidates
+    const n = candidates.length
+    if (n === 0) return null
+    if (n === 1) return candidates[0] === exclude ? null : candidates[0] as HttpPod
+    let a = Math.floor(this.#random() * n)
+    let b = Math.floor(this.#random() * (n - 1))
+    if (b >= a) b++
+    if (candidates[a] === exclude) a = b
+    else if (candidates[b] === exclude) b = a
+    const first = candidates[a] as HttpPod
+    const second = candidates[b] as HttpPod
+    return second.inflight < first.inflight ? second : first
+  }
+
+  /** Drops every pool made under another trust generation (upstream trust changed). */
+  refreshTrust (): void {
+    this.#rebuild(this.#options.snapshot.current())
+  }
+
+  async close (): Promise<void> {
+    this.#unsubscribe()
+    const pods = [...this.#byIdentity.values()]
+    this.#byIdentity = new Map()
+    this.#candidates = []
+    await Promise.all(pods.map(async (pod) => { await this.#retire(pod) }))
+  }
+
+  #rebuild (snapshot: TargetSnapshot): void {
+    const generation = this.#options.tls?.().generation ?? 0
+    const next = new Map<string, HttpPod>()
+    for (const target of snapshot.targets) {
+      if (target.httpPort === null) continue
+      const old = this.#byIdentity.get(target.identity)
+      if (old !== undefined && old.target.address === target.address && old.httpPort === target.httpPort && old.generation === generation) {
+        old.target = target
+        next.set(target.identity, old)
+        continue
+      }
+      next.set(target.identity, this.#create(target, target.httpPort, generation))
+    }
+    for (const [identity, pod] of this.#byIdentity) {
+      if (next.get(identity) !== pod) void this.#retire(pod)
+    }
+    this.#byIdentity = next
+    this.#candidates = [...next.values()]
+  }
+
+  #create (target: PodTarget, httpPort: number, generation: number): HttpPod {
+    const tls = this.#options.tls?.() ?? null
+    const origin = `${tls === null ? 'http' : 'https'}://${target.host}:${httpPort}`
+    const pool = new Pool(origin, {
+      connections: null,
+      pipelining: 1,
+      keepAliveTimeout: this.#options.keepAliveTimeoutMs ?? 30_000,
+      connect: tls === null
+        ? { timeout: this.#options.connectTimeoutMs }
+        : { timeout: this.#options.connectTimeoutMs, secureContext: tls.secureContext, servername: this.#options.serverName(target) },
+    })
+    // Pools report errors through each request's handler; nothing else to listen to.
+    pool.on('connectionError', () => {})
+    return { target, httpPort, pool, generation, inflight: 0 }
+  }
+
+  async #retire (pod: HttpPod): Promise<void> {
+    const timer = setTimeout(() => { void pod.pool.destroy() }, this.#options.closeGraceMs)
+    timer.unref()
+    try {
+      await pod.pool.close()
+    } catch {
+      // already destroyed
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+}

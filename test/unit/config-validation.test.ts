@@ -1,0 +1,287 @@
+// SPEC §2: invalid configuration fails start-up with one line naming the flag and the fix.
+// Each row is the exact ConfigError a user sees (server/main.ts prints it and exits 2).
+import t from 'tap'
+import { parseConfig, ConfigError, helpText } from '../../lib/config/config.ts'
+import { FLAGS } from '../../lib/config/flags.ts'
+
+const NS = { POD_NAMESPACE: 'stargate' }
+const ADDR_HINT = 'expected host:port such as 0.0.0.0:50071 or [::]:50071'
+
+interface Case {
+  readonly why: string
+  readonly argv: readonly string[]
+  readonly env?: NodeJS.ProcessEnv
+  readonly flag: string
+  readonly message: string
+}
+
+const CASES: readonly Case[] = [
+  {
+    why: 'a hostname template without {pod_name}',
+    argv: ['--advertised-hostname-template', 'stargate.example'],
+    flag: 'advertised-hostname-template',
+    message: "invalid --advertised-hostname-template: template must contain {pod_name}, got 'stargate.example'",
+  },
+  {
+    why: 'keep-alive equal to the idle timeout',
+    argv: ['--relay-keep-alive-ms', '300000'],
+    flag: 'relay-keep-alive-ms',
+    message: 'invalid --relay-keep-alive-ms 300000: must be less than --relay-idle-timeout-ms 300000 (or 0 to disable keep-alive)',
+  },
+  {
+    why: 'keep-alive above the idle timeout',
+    argv: ['--relay-idle-timeout-ms', '5000', '--relay-keep-alive-ms', '6000'],
+    flag: 'relay-keep-alive-ms',
+    message: 'invalid --relay-keep-alive-ms 6000: must be less than --relay-idle-timeout-ms 5000 (or 0 to disable keep-alive)',
+  },
+  {
+    why: 'an idle timeout of 0',
+    argv: ['--relay-idle-timeout-ms', '0'],
+    flag: 'relay-idle-timeout-ms',
+    message: 'invalid --relay-idle-timeout-ms 0: must be between 1 and 86400000',
+  },
+  {
+    why: 'a certificate without a key',
+    argv: ['--tls-cert-path', '/tls/tls.crt'],
+    flag: 'tls-key-path',
+    message: 'missing --tls-key-path: --tls-cert-path and --tls-key-path must be given together',
+  },
+  {
+    why: 'a key without a certificate',
+    argv: ['--tls-key-path', '/tls/tls.key'],
+    flag: 'tls-cert-path',
+    message: 'missing --tls-cert-path: --tls-cert-path and --tls-key-path must be given together',
+  },
+  {
+    why: 'a certificate without a key, from the Rust environment variable',
+    argv: [],
+    env: { ...NS, STARGATE_TLS_CERT_PATH: '/tls/tls.crt' },
+    flag: 'tls-key-path',
+    message: 'missing --tls-key-path: --tls-cert-path and --tls-key-path must be given together',
+  },
+  {
+    why: 'a client CA without a server identity',
+    argv: ['--client-ca-path', '/ca/ca.crt'],
+    flag: 'client-ca-path',
+    message: 'invalid --client-ca-path: client certificate verification needs a server identity; also set --tls-cert-path and --tls-key-path',
+  },
+  {
+    why: 'kubernetes discovery without a namespace',
+    argv: [],
+    env: {},
+    flag: 'target-namespace',
+    message: 'missing --target-namespace: set it or POD_NAMESPACE (the downward API provides it in a pod)',
+  },
+  {
+    why: 'file discovery without a targets file',
+    argv: ['--discovery', 'file'],
+    env: {},
+    flag: 'targets-file',
+    message: 'missing --targets-file: --discovery file needs a YAML or JSON file of targets',
+  },
+  {
+    why: 'a listen address without a port',
+    argv: ['--listen-addr', 'nohost'],
+    flag: 'listen-addr',
+    message: `invalid --listen-addr 'nohost': no port; ${ADDR_HINT}`,
+  },
+  {
+    why: 'a listen address without a host',
+    argv: ['--listen-addr', ':80'],
+    flag: 'listen-addr',
+    message: `invalid --listen-addr ':80': no host; ${ADDR_HINT}`,
+  },
+  {
+    why: 'a port above 65535',
+    argv: ['--listen-addr', '1.2.3.4:99999'],
+    flag: 'listen-addr',
+    message: `invalid --listen-addr '1.2.3.4:99999': port must be 0..65535; ${ADDR_HINT}`,
+  },
+  {
+    why: 'a non-numeric port',
+    argv: ['--health-listen-addr', '127.0.0.1:http'],
+    flag: 'health-listen-addr',
+    message: `invalid --health-listen-addr '127.0.0.1:http': port must be 0..65535; ${ADDR_HINT}`,
+  },
+  {
+    why: 'an IPv6 address without brackets',
+    argv: ['--listen-addr', '::1:80'],
+    flag: 'listen-addr',
+    message: `invalid --listen-addr '::1:80': IPv6 addresses need brackets; ${ADDR_HINT}`,
+  },
+  {
+    why: 'an unterminated IPv6 address',
+    argv: ['--reverse-tunnel-listen-addr', '[::1:80'],
+    flag: 'reverse-tunnel-listen-addr',
+    message: `invalid --reverse-tunnel-listen-addr '[::1:80': unterminated IPv6 address; ${ADDR_HINT}`,
+  },
+  {
+    why: 'a bracketed IPv6 address without a port',
+    argv: ['--listen-addr', '[::1]'],
+    flag: 'listen-addr',
+    message: `invalid --listen-addr '[::1]': no port; ${ADDR_HINT}`,
+  },
+  {
+    why: 'a bad listen address from the environment',
+    argv: [],
+    env: { ...NS, STARGATE_HEALTH_LISTEN_ADDR: 'localhost' },
+    flag: 'health-listen-addr',
+    message: `invalid --health-listen-addr 'localhost': no port; ${ADDR_HINT}`,
+  },
+  {
+    why: 'milliseconds with a unit',
+    argv: ['--connect-timeout-ms', '5s'],
+    flag: 'connect-timeout-ms',
+    message: "invalid --connect-timeout-ms '5s': expected a whole number",
+  },
+  {
+    why: 'negative milliseconds',
+    argv: ['--shutdown-drain-ms=-1'],
+    flag: 'shutdown-drain-ms',
+    message: "invalid --shutdown-drain-ms '-1': expected a whole number",
+  },
+  {
+    why: 'fractional milliseconds from the environment',
+    argv: [],
+    env: { ...NS, STARGATE_WATCH_HEARTBEAT_MS: '1.5' },
+    flag: 'watch-heartbeat-ms',
+    message: "invalid --watch-heartbeat-ms '1.5': expected a whole number",
+  },
+  {
+    why: 'an advertised port of 0',
+    argv: ['--advertised-grpc-port', '0'],
+    flag: 'advertised-grpc-port',
+    message: 'invalid --advertised-grpc-port 0: must be between 1 and 65535',
+  },
+  {
+    why: 'an unknown flag',
+    argv: ['--listen-adress', '0.0.0.0:1'],
+    flag: 'argv',
+    message: "unknown option '--listen-adress'; run with --help to list the flags",
+  },
+  {
+    why: 'a positional argument',
+    argv: ['start'],
+    flag: 'argv',
+    message: "unexpected argument 'start'. This command does not take positional arguments; run with --help to list the flags",
+  },
+  {
+    why: 'a value given to a boolean flag',
+    argv: ['--quic-insecure=false'],
+    flag: 'argv',
+    message: "option '--quic-insecure' does not take an argument; run with --help to list the flags",
+  },
+  {
+    why: 'a flag without its value',
+    argv: ['--listen-addr'],
+    flag: 'argv',
+    message: "option '--listen-addr <value>' argument missing; run with --help to list the flags",
+  },
+  {
+    why: 'an unknown tunnel protocol',
+    argv: ['--tunnel-protocol', 'quic'],
+    flag: 'tunnel-protocol',
+    message: "invalid --tunnel-protocol 'quic': must be one of raw-quic, webtransport",
+  },
+  {
+    why: 'an unknown discovery source',
+    argv: ['--discovery', 'dns'],
+    flag: 'discovery',
+    message: "invalid --discovery 'dns': must be one of kubernetes, file",
+  },
+  {
+    why: 'an unknown log level',
+    argv: ['--log-level', 'verbose'],
+    flag: 'log-level',
+    message: "invalid --log-level 'verbose': must be one of fatal, error, warn, info, debug, trace, silent",
+  },
+  {
+    why: 'an unknown log level from the environment',
+    argv: [],
+    env: { ...NS, STARGATE_LOG_LEVEL: 'INFO' },
+    flag: 'log-level',
+    message: "invalid --log-level 'INFO': must be one of fatal, error, warn, info, debug, trace, silent",
+  },
+  {
+    why: 'peer discovery without a peer service',
+    argv: ['--enable-peer-discovery'],
+    flag: 'peer-service',
+    message: "missing --peer-service: --enable-peer-discovery needs the router's own Service name (or --peers-file without Kubernetes)",
+  },
+  {
+    why: 'peer discovery through the Service without POD_IP or POD_NAME',
+    argv: ['--enable-peer-discovery', '--peer-service', 'router'],
+    flag: 'enable-peer-discovery',
+    message: 'invalid --enable-peer-discovery: set POD_IP or POD_NAME (downward API) so the replica can exclude itself from its peers',
+  },
+  {
+    why: 'a remote watch URL that is not a URL',
+    argv: ['--remote-watch-url', 'https://ok.example', '--remote-watch-url', 'router.example:50071'],
+    flag: 'remote-watch-url',
+    message: "invalid --remote-watch-url 'router.example:50071': expected an http:// or https:// URL such as https://router.other-cluster.example:50071",
+  },
+  {
+    why: 'a remote watch URL that is not a URL, from the comma-separated environment variable',
+    argv: [],
+    env: { ...NS, STARGATE_REMOTE_WATCH_URL: 'https://ok.example,not a url' },
+    flag: 'remote-watch-url',
+    message: "invalid --remote-watch-url 'not a url': expected an http:// or https:// URL such as https://router.other-cluster.example:50071",
+  },
+]
+
+t.test('each invalid input is a ConfigError naming the flag with a one-line message and the fix', async (t) => {
+  for (const c of CASES) {
+    let caught: unknown = null
+    try {
+      parseConfig(c.argv, c.env ?? NS)
+    } catch (err) {
+      caught = err
+    }
+    if (!(caught instanceof ConfigError)) {
+      t.fail(`${c.why}: expected a ConfigError, got ${String(caught)}`)
+      continue
+    }
+    t.equal(caught.name, 'ConfigError', c.why)
+    t.equal(caught.flag, c.flag, c.why)
+    t.equal(caught.message, c.message, c.why)
+    t.notOk(caught.message.includes('\n'), `${c.why}: one line`)
+    if (c.flag !== 'argv') t.ok(caught.message.includes(`--${c.flag}`), `${c.why}: names --${c.flag}`)
+  }
+})
+
+t.test('valid listen addresses parse to host and port', async (t) => {
+  const cases: Array<[string, { host: string, port: number }]> = [
+    ['[::1]:80', { host: '::1', port: 80 }],
+    ['[::]:50071', { host: '::', port: 50071 }],
+    ['0.0.0.0:0', { host: '0.0.0.0', port: 0 }],
+    ['localhost:65535', { host: 'localhost', port: 65535 }],
+  ]
+  for (const [value, want] of cases) {
+    const result = parseConfig(['--listen-addr', value], NS)
+    t.strictSame(result.kind === 'config' ? result.config.listenAddr : null, want, value)
+  }
+})
+
+t.test('keep-alive 0 is allowed whatever the idle timeout', async (t) => {
+  const result = parseConfig(['--relay-idle-timeout-ms', '1', '--relay-keep-alive-ms', '0'], NS)
+  t.strictSame(result.kind === 'config' ? [result.config.relayIdleTimeoutMs, result.config.relayKeepAliveMs] : null, [1, 0])
+})
+
+t.test('--help returns the help text listing every flag, its environment variables and default', async (t) => {
+  const result = parseConfig(['--help'], {})
+  t.equal(result.kind, 'help')
+  if (result.kind !== 'help') return
+  t.equal(result.text, helpText())
+  const lines = result.text.split('\n')
+  for (const spec of FLAGS) {
+    const at = lines.findIndex((line) => line.startsWith(`  --${spec.name} `) || line === `  --${spec.name}`)
+    t.ok(at >= 0, `--help lists --${spec.name}`)
+    if (spec.default !== undefined && spec.default !== '') t.ok(lines[at]?.endsWith(`(default ${spec.default})`), `--help shows the default of --${spec.name}`)
+    t.equal(lines[at + 1], `      ${spec.help}; env ${spec.env.join(', ')}`, `--help explains --${spec.name}`)
+  }
+  t.ok(lines.includes('  --help'))
+})
+
+t.test('--help wins over otherwise invalid configuration', async (t) => {
+  t.equal(parseConfig(['--help', '--tls-cert-path', '/only-cert'], {}).kind, 'help')
+})

@@ -1,0 +1,48 @@
+// server/main.ts signals in a child process (SPEC §11): SIGTERM/SIGINT fail /readyz, drain
+// and exit 0; a second signal exits at once.
+import t from 'tap'
+import net from 'node:net'
+import { waitFor } from '../fixtures/wait.ts'
+import { exitWithin, httpGet, startReadyRouter } from '../fixtures/router-process.ts'
+
+// Child processes on a small shared machine: allow more than tap's default 30 s per file.
+t.setTimeout(120_000)
+
+t.test('a ready router shuts down on SIGTERM or SIGINT with exit 0 and a last "shutdown complete" log line', async (t) => {
+  await Promise.all((['SIGTERM', 'SIGINT'] as const).map(async (signal) => {
+    const { p, health } = await startReadyRouter(t)
+    t.equal((await httpGet(health, '/readyz')).body, 'ready\n', signal)
+    p.child.kill(signal)
+    t.strictSame(await exitWithin(p, 15_000), { code: 0, signal: null }, signal)
+    const logs = p.logs()
+    t.match(logs.find((l) => l.msg === 'signal received'), { signal }, `${signal}: logs the signal`)
+    t.equal(logs.at(-1)?.msg, 'shutdown complete', signal)
+    t.equal(p.stderr(), '', signal)
+  }))
+})
+
+t.test('a second signal during a long drain exits at once with code 1', async (t) => {
+  const { p, health, frontDoor } = await startReadyRouter(t, ['--shutdown-drain-ms', '20000'])
+  // An HTTP/1.1 request whose body never completes keeps the drain busy. The GET before it,
+  // on the same connection, proves the router has read both requests when its answer arrives.
+  const socket = net.connect(frontDoor, '127.0.0.1')
+  t.teardown(() => { socket.destroy() })
+  let received = ''
+  socket.setEncoding('utf8').on('data', (chunk: string) => { received += chunk })
+  socket.write('GET /v1/models HTTP/1.1\r\nhost: router\r\n\r\n' +
+    'POST /v1/chat/completions HTTP/1.1\r\nhost: router\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"model":')
+  await waitFor(() => received.startsWith('HTTP/1.1 '), { message: 'the answer to the GET' })
+
+  p.child.kill('SIGTERM')
+  await waitFor(async () => {
+    const readyz = await httpGet(health, '/readyz')
+    return readyz.status === 503 && readyz.body === 'not ready: draining: shutting down\n'
+  }, { message: '/readyz to report draining' })
+  t.equal(p.child.exitCode, null, 'still draining the open request')
+
+  const sentAt = Date.now()
+  p.child.kill('SIGTERM')
+  t.strictSame(await exitWithin(p, 10_000), { code: 1, signal: null })
+  t.ok(Date.now() - sentAt < 10_000, 'exits long before the 20 s drain deadline')
+  t.ok(p.logs().some((l) => l.msg === 'second signal: exiting at once'), 'logs why it exits early')
+})
