@@ -2,8 +2,8 @@
  * Issue 2 benchmark: the target snapshot of 10,000 endpoints in 100 EndpointSlices.
  *
  * Every case goes through the code the router runs: parseEndpointSlice -> SliceIndex ->
- * SnapshotStore.stage -> flush at the end of the tick (bench/discovery/_target-source.ts
- * mirrors KubernetesTargetSource's consumer). A sample starts when the slice object is
+ * SnapshotStore.stage -> flush at the end of the tick (lib/discovery/slice-targets.ts,
+ * the consumer KubernetesTargetSource uses). A sample starts when the slice object is
  * handed to the consumer and ends inside a snapshot subscriber, i.e. when the new snapshot is
  * published. Slices are freshly parsed JSON for every sample (untimed), as the watch delivers.
  *
@@ -13,7 +13,7 @@
  */
 import { setImmediate as nextMacrotask } from 'node:timers/promises'
 import { ClusterModel, NAMESPACE, PORTS, type SliceModel } from './_cluster.ts'
-import { SliceTargetSource } from './_target-source.ts'
+import { SliceTargets } from '../../lib/discovery/slice-targets.ts'
 import { collectGarbage, measure, measureEach, now, Report } from '../_util.ts'
 import { parseEndpointSlice } from '../../lib/discovery/endpoint-slice.ts'
 import { targetHash } from '../../lib/discovery/snapshot.ts'
@@ -36,7 +36,7 @@ report.info('slices', SLICES)
 /** A store with a source feeding it, and a way to wait for its next published snapshot. */
 class Pipeline {
   readonly store = new SnapshotStore({ onListenerError: (err) => { throw err } })
-  readonly source = new SliceTargetSource(this.store, PORTS)
+  readonly source = new SliceTargets({ store: this.store, ports: PORTS })
   publishedAt = 0
   #resolve: (() => void) | null = null
 
