@@ -1,0 +1,207 @@
+{{/* Names */}}
+{{- define "stargate-router.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "stargate-router.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "stargate-router.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "stargate-router.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "stargate-router.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "stargate-router.labels" -}}
+helm.sh/chart: {{ include "stargate-router.chart" . }}
+{{ include "stargate-router.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: router
+app.kubernetes.io/part-of: stargate
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "stargate-router.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "stargate-router.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "stargate-router.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Stargate side: workload kind, Service and namespace (SPEC §3). */}}
+{{- define "stargate-router.workloadKind" -}}
+{{- $kind := .Values.stargate.workloadKind -}}
+{{- if not (has $kind (list "Deployment" "StatefulSet")) -}}
+{{- fail (printf "stargate.workloadKind must be Deployment or StatefulSet, got %q" $kind) -}}
+{{- end -}}
+{{- $kind -}}
+{{- end -}}
+
+{{- define "stargate-router.stargateServiceName" -}}
+{{- if .Values.stargate.serviceName -}}
+{{- .Values.stargate.serviceName -}}
+{{- else if eq (include "stargate-router.workloadKind" .) "StatefulSet" -}}
+stargate-headless
+{{- else -}}
+stargate
+{{- end -}}
+{{- end -}}
+
+{{- define "stargate-router.stargateNamespace" -}}
+{{- default .Release.Namespace .Values.stargate.namespace -}}
+{{- end -}}
+
+{{/* Peer discovery watches the router's own Service, in the release namespace. */}}
+{{- define "stargate-router.peerRoleSeparate" -}}
+{{- if ne (include "stargate-router.stargateNamespace" .) .Release.Namespace -}}true{{- end -}}
+{{- end -}}
+
+{{/* host:port for a --*-listen-addr flag. */}}
+{{- define "stargate-router.listenAddr" -}}
+{{- $host := index . 0 -}}
+{{- $port := index . 1 -}}
+{{- printf "%s:%d" $host (int64 $port) -}}
+{{- end -}}
+
+{{/* Mount directories of TLS material (one directory per source, never subPath). */}}
+{{- define "stargate-router.tlsDir" -}}/etc/stargate-router/tls{{- end -}}
+
+{{- define "stargate-router.caSourceSet" -}}
+{{- if or .secretName .configMapName -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+Flags the chart derives from other values; they are not accepted under `config`.
+*/}}
+{{- define "stargate-router.managedFlags" -}}
+{{- list "listen-addr" "reverse-tunnel-listen-addr" "health-listen-addr" "target-namespace" "target-service-name" "tls-cert-path" "tls-key-path" "client-ca-path" "upstream-tls-cert-path" "enable-peer-discovery" "peer-service" | toJson -}}
+{{- end -}}
+
+{{/* One `config` value as a flag argument; numbers from values files arrive as float64. */}}
+{{- define "stargate-router.flagValue" -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- . -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The router's container arguments (every flag of lib/config/flags.ts is reachable). */}}
+{{- define "stargate-router.args" -}}
+{{- $managed := include "stargate-router.managedFlags" . | fromJsonArray -}}
+{{- $tlsDir := include "stargate-router.tlsDir" . -}}
+- {{ printf "--listen-addr=%s" (include "stargate-router.listenAddr" (list .Values.listenHost .Values.ports.frontDoor)) | quote }}
+- {{ printf "--reverse-tunnel-listen-addr=%s" (include "stargate-router.listenAddr" (list .Values.listenHost .Values.ports.tunnel)) | quote }}
+- {{ printf "--health-listen-addr=%s" (include "stargate-router.listenAddr" (list .Values.listenHost .Values.ports.health)) | quote }}
+- {{ printf "--target-service-name=%s" (include "stargate-router.stargateServiceName" .) | quote }}
+{{- if .Values.stargate.namespace }}
+- {{ printf "--target-namespace=%s" .Values.stargate.namespace | quote }}
+{{- end }}
+{{- with .Values.tls.serverIdentity }}
+{{- if .secretName }}
+- {{ printf "--tls-cert-path=%s/server/%s" $tlsDir .certKey | quote }}
+- {{ printf "--tls-key-path=%s/server/%s" $tlsDir .keyKey | quote }}
+{{- end }}
+{{- end }}
+{{- if include "stargate-router.caSourceSet" .Values.tls.upstreamTrust }}
+- {{ printf "--upstream-tls-cert-path=%s/upstream-trust/%s" $tlsDir .Values.tls.upstreamTrust.key | quote }}
+{{- end }}
+{{- if include "stargate-router.caSourceSet" .Values.tls.clientCa }}
+{{- if not .Values.tls.serverIdentity.secretName }}
+{{- fail "tls.clientCa needs tls.serverIdentity.secretName: client certificates are verified during the router's own TLS handshake" }}
+{{- end }}
+- {{ printf "--client-ca-path=%s/client-ca/%s" $tlsDir .Values.tls.clientCa.key | quote }}
+{{- end }}
+{{- if .Values.peerDiscovery.enabled }}
+{{- if index .Values.config "peers-file" }}
+{{- fail "config.peers-file is for runs without Kubernetes; peerDiscovery.enabled finds peers through the chart's Service: set one or the other" }}
+{{- end }}
+- "--enable-peer-discovery"
+- {{ printf "--peer-service=%s" (include "stargate-router.fullname" .) | quote }}
+{{- end }}
+{{- range $name, $value := .Values.config }}
+{{- if has $name $managed }}
+{{- fail (printf "config.%s is set by the chart from other values; see the comments in values.yaml" $name) }}
+{{- else if or (kindIs "invalid" $value) (and (kindIs "string" $value) (eq $value "")) }}
+{{- /* null or "": the router's default */ -}}
+{{- else if kindIs "bool" $value }}
+{{- if $value }}
+- {{ printf "--%s" $name | quote }}
+{{- end }}
+{{- else if kindIs "slice" $value }}
+{{- range $value }}
+- {{ printf "--%s=%s" $name (toString .) | quote }}
+{{- end }}
+{{- else }}
+- {{ printf "--%s=%s" $name (include "stargate-router.flagValue" $value) | quote }}
+{{- end }}
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* A CA bundle volume from a Secret or a ConfigMap (whole object, mounted as a directory). */}}
+{{- define "stargate-router.caVolume" -}}
+{{- $name := index . 0 -}}
+{{- $source := index . 1 -}}
+{{- if and $source.secretName $source.configMapName -}}
+{{- fail (printf "%s: set secretName or configMapName, not both" $name) -}}
+{{- end -}}
+{{- if $source.secretName -}}
+- name: {{ $name }}
+  secret:
+    secretName: {{ $source.secretName }}
+    defaultMode: 292
+{{- else if $source.configMapName -}}
+- name: {{ $name }}
+  configMap:
+    name: {{ $source.configMapName }}
+    defaultMode: 292
+{{- end -}}
+{{- end -}}
+
+{{/* Service spec fields shared by the Service and the optional UDP Service. */}}
+{{- define "stargate-router.serviceSpecExtras" -}}
+{{- $svc := .Values.service -}}
+{{- if and $svc.externalTrafficPolicy (ne $svc.type "ClusterIP") }}
+externalTrafficPolicy: {{ $svc.externalTrafficPolicy }}
+{{- end }}
+{{- if eq $svc.type "LoadBalancer" }}
+{{- with $svc.loadBalancerClass }}
+loadBalancerClass: {{ . }}
+{{- end }}
+{{- with $svc.loadBalancerSourceRanges }}
+loadBalancerSourceRanges:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- with $svc.sessionAffinity }}
+sessionAffinity: {{ . }}
+{{- end }}
+{{- end -}}

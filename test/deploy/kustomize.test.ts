@@ -1,0 +1,97 @@
+// Issue 8 and 9: the kustomize overlays (deployment, statefulset, peer-discovery) render with
+// `kubectl kustomize`, validate, and hold the same facts as the Helm chart; the overlay picks the
+// Stargate workload kind, and only peer-discovery adds the peer flags, env and RBAC rule.
+import t from 'tap'
+import { createRenderer } from './render.ts'
+import { validateObject, type KubeObject } from './k8s-validate.ts'
+import {
+  argsOf, assertDirectoryMounts, assertHardenedPod, assertMinimalRbac, assertProbes,
+  endpointSliceRulesIn, envNames, fieldRefOf, flagValue, ofKind, routerConfigOf, servicePorts, theOne,
+} from './manifest-facts.ts'
+
+const NAMESPACE = 'stargate'
+const OVERLAYS = ['overlays/deployment', 'overlays/statefulset', 'overlays/peer-discovery'] as const
+
+const renderer = await createRenderer(t)
+
+if (renderer !== null) {
+  const rendered = new Map<string, KubeObject[]>()
+  const objects = await Promise.all(OVERLAYS.map((overlay) => renderer.kustomize(overlay)))
+  OVERLAYS.forEach((overlay, i) => { rendered.set(overlay, objects[i] ?? []) })
+  const render = (overlay: string): KubeObject[] => rendered.get(overlay) ?? []
+
+  t.test('every overlay renders with kubectl kustomize and every object validates, with no unknown fields', async (t) => {
+    for (const overlay of OVERLAYS) {
+      const objects = render(overlay)
+      t.same(objects.map((o) => o.kind).sort(), ['Deployment', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Service', 'ServiceAccount'], `${overlay}: the router's objects`)
+      t.ok(objects.every((o) => o.metadata.namespace === NAMESPACE), `${overlay}: all in namespace ${NAMESPACE}`)
+      t.same((await Promise.all(objects.map(validateObject))).flat(), [], `${overlay}: valid`)
+    }
+  })
+
+  t.test('RBAC is a namespaced Role with get/list/watch on endpointslices only, bound to the router', async (t) => {
+    for (const overlay of OVERLAYS) t.test(overlay, async (t) => { assertMinimalRbac(t, render(overlay), NAMESPACE) })
+  })
+
+  t.test('TLS is mounted as a directory, never with subPath', async (t) => {
+    for (const overlay of OVERLAYS) t.test(overlay, async (t) => { assertDirectoryMounts(t, render(overlay)) })
+  })
+
+  t.test('liveness probes /livez and readiness probes /readyz on the health port 8080', async (t) => {
+    for (const overlay of OVERLAYS) t.test(overlay, async (t) => { assertProbes(t, render(overlay), 8080) })
+  })
+
+  t.test('every container runs as non-root with a read-only root filesystem, no privilege escalation and no capabilities', async (t) => {
+    for (const overlay of OVERLAYS) t.test(overlay, async (t) => { assertHardenedPod(t, render(overlay)) })
+  })
+
+  t.test('the Service exposes the front door, both tunnel transports and health', async (t) => {
+    t.same(servicePorts(theOne(render('overlays/deployment'), 'Service')), ['grpc TCP 50071->grpc', 'health TCP 8080->health', 'quic UDP 50072->quic', 'webtransport TCP 50072->webtransport'])
+  })
+
+  t.test('the overlay selects the Stargate workload kind: deployment watches stargate, statefulset watches stargate-headless', async (t) => {
+    const cases = [
+      { overlay: 'overlays/deployment', kind: 'Deployment', service: 'stargate' },
+      { overlay: 'overlays/statefulset', kind: 'StatefulSet', service: 'stargate-headless' },
+      { overlay: 'overlays/peer-discovery', kind: 'Deployment', service: 'stargate' },
+    ]
+    for (const c of cases) {
+      const objects = render(c.overlay)
+      const config = routerConfigOf(objects, NAMESPACE)
+      t.equal(config.targetServiceName, c.service, `${c.overlay}: watches ${c.service}`)
+      t.equal(config.targetNamespace, NAMESPACE, `${c.overlay}: in the pod's namespace (POD_NAMESPACE)`)
+      t.equal(theOne(objects, 'Deployment').metadata.annotations?.['stargate.io/fronted-workload-kind'], c.kind, `${c.overlay}: annotated ${c.kind}`)
+    }
+    const withoutService = (args: readonly string[]): string[] => args.filter((a) => !a.startsWith('--target-service-name='))
+    t.same(withoutService(argsOf(render('overlays/statefulset'))), withoutService(argsOf(render('overlays/deployment'))), 'the Pylon contract is the same: only the watched Service differs')
+  })
+
+  t.test('the overlays run the router with TLS from the mounted Secret, and the router accepts their args', async (t) => {
+    for (const overlay of OVERLAYS) {
+      const config = routerConfigOf(render(overlay), NAMESPACE)
+      t.equal(config.tlsCertPath, '/etc/stargate-router/tls/server/tls.crt', `${overlay}: certificate`)
+      t.equal(config.tlsKeyPath, '/etc/stargate-router/tls/server/tls.key', `${overlay}: key`)
+      t.same([config.listenAddr.port, config.reverseTunnelListenAddr.port, config.healthListenAddr.port], [50071, 50072, 8080], `${overlay}: SPEC §2 ports`)
+    }
+  })
+
+  t.test('only the peer-discovery overlay adds the peer flags, POD_IP/POD_NAME and the RBAC rule for its own Service', async (t) => {
+    for (const overlay of ['overlays/deployment', 'overlays/statefulset']) {
+      const objects = render(overlay)
+      t.equal(flagValue(argsOf(objects), 'enable-peer-discovery'), undefined, `${overlay}: no --enable-peer-discovery`)
+      t.same(envNames(objects), ['POD_NAMESPACE'], `${overlay}: no POD_IP/POD_NAME`)
+      t.equal(endpointSliceRulesIn(objects, NAMESPACE), 1, `${overlay}: one rule, Stargate discovery`)
+    }
+    const objects = render('overlays/peer-discovery')
+    const args = argsOf(objects)
+    const service = theOne(objects, 'Service')
+    t.equal(flagValue(args, 'enable-peer-discovery'), true)
+    t.equal(flagValue(args, 'peer-service'), service.metadata.name, '--peer-service names the router\'s own Service')
+    t.ok(servicePorts(service).includes('health TCP 8080->health'), 'whose health port is named `health`')
+    t.equal(fieldRefOf(objects, 'POD_IP'), 'status.podIP')
+    t.equal(fieldRefOf(objects, 'POD_NAME'), 'metadata.name')
+    t.equal(endpointSliceRulesIn(objects, NAMESPACE), 2, 'a second endpointslices rule (a Role cannot narrow by label)')
+    t.equal(routerConfigOf(objects, NAMESPACE).enablePeerDiscovery, true, 'the router accepts it')
+    t.equal(ofKind(objects, 'Role').length, 1, 'merged into the one Role of the namespace')
+  })
+}
