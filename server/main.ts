@@ -29,7 +29,8 @@ async function main (): Promise<void> {
   const { loadKubeConfig } = await import('../lib/discovery/kube-config.ts')
   const { startRouter } = await import('./router.ts')
   let kubeConfig
-  if (config.discovery === 'kubernetes') {
+  // Peer discovery through --peer-service watches the API server even with --discovery file.
+  if (config.discovery === 'kubernetes' || (config.enablePeerDiscovery && config.peerService !== null)) {
     const loaded = loadKubeConfig(process.env)
     if (!loaded.ok) fail(loaded.message)
     kubeConfig = loaded.kubeConfig

@@ -17,6 +17,7 @@ import { GrpcStatus, respondWithStatus } from '../lib/control-plane/grpc.ts'
 import { RegistrationForwarder } from '../lib/control-plane/registration-forwarder.ts'
 import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
 import { startTls } from './tls-wiring.ts'
+import { startPeers } from './peers-wiring.ts'
 import { startTunnel, type RunningTunnel } from './tunnels.ts'
 import { FrontDoor } from '../lib/front-door/listener.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
@@ -100,6 +101,9 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   readiness.add(stalenessReadiness(source, config.maxSnapshotStalenessMs))
   metrics.setSnapshotAgeSource(() => source.stalenessMs() / 1000)
 
+  // Peer discovery (SPEC §10): null when off, so no extra watch, timer or route.
+  const peers = await startPeers({ config, snapshot: store, metrics, logger, kubeConfig: deps.kubeConfig, backoff: deps.discoveryBackoff })
+
   // Created once the front door listens: with --listen-addr :0 the advertised port is only
   // known then. Until then a watch is refused (that window is the listen call itself).
   let hub: WatchStargatesHub | null = null
@@ -163,6 +167,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     registry: metrics.registry,
     snapshot: store,
     discovery: source,
+    debugRoutes: peers === null ? [] : [peers.debugRoute],
   })
   let healthAddress: AddressInfo
   let frontDoorAddress: AddressInfo
@@ -172,7 +177,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     frontDoorAddress = await frontDoor.listen()
     tunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger })
   } catch (err) {
-    await Promise.allSettled([health.close(), frontDoor.close(0), source.stop(), tls.manager.close(), tunnel?.close()])
+    await Promise.allSettled([health.close(), frontDoor.close(0), source.stop(), tls.manager.close(), tunnel?.close(), peers?.close()])
     registrations.close()
     throw err
   }
@@ -201,6 +206,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
       await runningTunnel.close()
       registrations.close()
       upstreamPool.close(1000)
+      await peers?.close()
       await source.stop()
       await tls.manager.close()
       await httpPods.close()

@@ -60,6 +60,11 @@ export interface Config {
   readonly peerCheckIntervalMs: number
   readonly peerCheckTimeoutMs: number
   readonly peerDivergenceGraceMs: number
+  /** Namespace of --peer-service: POD_NAMESPACE (the router's own), else --target-namespace. */
+  readonly peerNamespace: string
+  /** This replica's address and Pod name (downward API POD_IP, POD_NAME), to exclude itself from its peers. */
+  readonly podIp: string | null
+  readonly podName: string | null
   readonly logLevel: string
   readonly logFormat: 'json' | 'pretty'
 }
@@ -179,11 +184,21 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
   const enablePeerDiscovery = bool('enable-peer-discovery')
   const peerService = emptyToNull(str('peer-service'))
   const peersFile = emptyToNull(str('peers-file'))
-  if (enablePeerDiscovery && peerService === null && peersFile === null) {
-    throw new ConfigError('peer-service', 'missing --peer-service: --enable-peer-discovery needs the router\'s own Service name (or --peers-file without Kubernetes)')
-  }
-  if (enablePeerDiscovery && peerService !== null && (env.POD_IP ?? '') === '' && (env.POD_NAME ?? '') === '') {
-    throw new ConfigError('enable-peer-discovery', 'invalid --enable-peer-discovery: set POD_IP or POD_NAME (downward API) so the replica can exclude itself from its peers')
+  const podIp = emptyToNull(env.POD_IP ?? null)
+  const podName = emptyToNull(env.POD_NAME ?? null)
+  if (enablePeerDiscovery) {
+    if (peerService === null && peersFile === null) {
+      throw new ConfigError('peer-service', 'missing --peer-service: --enable-peer-discovery needs the router\'s own Service name (or --peers-file without Kubernetes)')
+    }
+    if (peerService !== null && peersFile !== null) {
+      throw new ConfigError('peers-file', 'invalid --peers-file: give --peer-service or --peers-file, not both')
+    }
+    if (peerService !== null && !DNS_LABEL.test(peerService)) {
+      throw new ConfigError('peer-service', `invalid --peer-service '${peerService}': must be a Service name (a lower-case DNS label such as stargate-router)`)
+    }
+    if (peerService !== null && podIp === null && podName === null) {
+      throw new ConfigError('enable-peer-discovery', 'invalid --enable-peer-discovery: set POD_IP or POD_NAME from the downward API (status.podIP, metadata.name) so the replica can exclude itself from its peers')
+    }
   }
   for (const url of list('remote-watch-url')) {
     // URL.canParse alone accepts 'router.example:50071' (scheme 'router.example:'); Pylons dial these.
@@ -239,11 +254,17 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     peerCheckIntervalMs: int('peer-check-interval-ms', 100, MAX_MS) ?? 10000,
     peerCheckTimeoutMs: int('peer-check-timeout-ms', 10, MAX_MS) ?? 2000,
     peerDivergenceGraceMs: int('peer-divergence-grace-ms', 0, MAX_MS) ?? 30000,
+    peerNamespace: emptyToNull(env.POD_NAMESPACE ?? null) ?? (targetNamespace === '' ? 'default' : targetNamespace),
+    podIp,
+    podName,
     logLevel: str('log-level') ?? 'info',
     logFormat: str('log-format') as Config['logFormat'],
   }
   return { kind: 'config', config }
 }
+
+/** A Service name (RFC 1035 label), as Kubernetes validates it. */
+const DNS_LABEL = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/
 
 function emptyToNull (value: string | null): string | null {
   return value === null || value === '' ? null : value

@@ -121,7 +121,7 @@ export class EndpointSliceWatch {
     const delay = this.#nextDelay()
     this.#options.onRestart?.()
     this.#options.logger.warn({ reason: describeError(err), retryInMs: delay, namespace: this.#options.namespace, service: this.#options.serviceName },
-      'endpointslice watch failed; serving the last snapshot and restarting')
+      'endpointslice watch failed; keeping the last known slices and restarting')
     if (this.#restartTimer !== null) clearTimeout(this.#restartTimer)
     this.#restartTimer = setTimeout(() => {
       this.#restartTimer = null

@@ -3,19 +3,25 @@
  * moves it; the copy from the most recently observed slice event wins. Each slice event gets
  * a sequence number from this index (slice names carry no order). Pure state, no I/O: the
  * adapter feeds slice events in, and gets back the identities whose winner may have changed.
+ * Generic in what a ready endpoint becomes: Stargate targets, or router peers (peers.ts).
  */
-import type { Observation, ParsedSlice } from './endpoint-slice.ts'
 import type { PodTarget } from './types.ts'
 
-interface SliceEntry {
-  readonly seq: number
-  readonly version: string
-  readonly observations: ReadonlyMap<string, Observation>
+/** What one slice says about one identity: ready with a value, or present but not ready. */
+export interface SliceObservation<T> {
+  readonly identity: string
+  readonly target: T | null
 }
 
-export class SliceIndex {
+interface SliceEntry<T> {
+  readonly seq: number
+  readonly version: string
+  readonly observations: ReadonlyMap<string, SliceObservation<T>>
+}
+
+export class SliceIndex<T = PodTarget> {
   #seq = 0
-  readonly #slices = new Map<string, SliceEntry>()
+  readonly #slices = new Map<string, SliceEntry<T>>()
   /** identity -> keys of the slices that mention it (almost always one). */
   readonly #holders = new Map<string, string[]>()
 
@@ -34,8 +40,8 @@ export class SliceIndex {
   }
 
   /** Applies a slice observation; returns the identities whose winner must be re-read. */
-  upsert (key: string, version: string, parsed: ParsedSlice): string[] {
-    const observations = new Map<string, Observation>()
+  upsert (key: string, version: string, parsed: { readonly observations: readonly SliceObservation<T>[] }): string[] {
+    const observations = new Map<string, SliceObservation<T>>()
     for (const observation of parsed.observations) observations.set(observation.identity, observation)
     const previous = this.#slices.get(key)
     this.#slices.set(key, { seq: ++this.#seq, version, observations })
@@ -68,10 +74,10 @@ export class SliceIndex {
   }
 
   /** The ready target of the most recently observed slice mentioning identity, if ready. */
-  winner (identity: string): PodTarget | null {
+  winner (identity: string): T | null {
     const holders = this.#holders.get(identity)
     if (holders === undefined) return null
-    let best: SliceEntry | undefined
+    let best: SliceEntry<T> | undefined
     for (const key of holders) {
       const entry = this.#slices.get(key)
       if (entry !== undefined && (best === undefined || entry.seq > best.seq)) best = entry

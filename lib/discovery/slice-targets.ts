@@ -10,7 +10,8 @@ import { SliceIndex } from './slice-index.ts'
 import type { SnapshotStore } from './snapshot-store.ts'
 import type { PortNames } from './types.ts'
 
-function sliceKey (slice: unknown): { key: string, version: string } | null {
+/** namespace/name and resourceVersion of an EndpointSlice, or null when it has no name. */
+export function sliceKey (slice: unknown): { key: string, version: string } | null {
   const metadata = (slice as { metadata?: { namespace?: unknown, name?: unknown, resourceVersion?: unknown } } | null)?.metadata
   if (typeof metadata?.name !== 'string') return null
   const namespace = typeof metadata.namespace === 'string' ? metadata.namespace : ''

@@ -7,10 +7,11 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import { SKIP_REASONS } from '../discovery/endpoint-slice.ts'
 import { REGISTRATION_OUTCOMES } from '../control-plane/registration-outcomes.ts'
 import { createTlsMetrics, type TlsMetrics } from '../tls/metrics.ts'
+import { createPeerMetrics, type PeerMetrics } from '../discovery/peer-metrics.ts'
 
 export const PREFIX = 'stargate_k8s_router_'
 
-export interface RouterMetrics extends TlsMetrics {
+export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly registry: Registry
   readonly discoveryWatchRestarts: Counter
   readonly discoverySnapshotAge: Gauge
@@ -44,6 +45,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
   const metrics: RouterMetrics = {
     registry,
     ...createTlsMetrics(registry),
+    ...createPeerMetrics(registry),
     discoveryWatchRestarts: new Counter({
       name: PREFIX + 'discovery_watch_restarts_total',
       help: 'EndpointSlice list/watch restarts after an error (the informer stops on any non-410 error)',

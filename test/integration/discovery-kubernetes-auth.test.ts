@@ -8,7 +8,7 @@ import { NAMESPACE, pod, startKubeRouter, stargateSlice, type KubeRouter } from 
 import { waitFor } from '../fixtures/wait.ts'
 
 const RESTARTS = 'stargate_k8s_router_discovery_watch_restarts_total'
-const WATCH_FAILED = 'endpointslice watch failed; serving the last snapshot and restarting'
+const WATCH_FAILED = 'endpointslice watch failed; keeping the last known slices and restarting'
 const ROUTER_TOKEN = 'sa-token-0123456789abcdef-never-log-me'
 
 function failureLines (kr: KubeRouter): Array<Record<string, unknown>> {

@@ -203,18 +203,6 @@ const CASES: readonly Case[] = [
     message: "invalid --log-level 'INFO': must be one of fatal, error, warn, info, debug, trace, silent",
   },
   {
-    why: 'peer discovery without a peer service',
-    argv: ['--enable-peer-discovery'],
-    flag: 'peer-service',
-    message: "missing --peer-service: --enable-peer-discovery needs the router's own Service name (or --peers-file without Kubernetes)",
-  },
-  {
-    why: 'peer discovery through the Service without POD_IP or POD_NAME',
-    argv: ['--enable-peer-discovery', '--peer-service', 'router'],
-    flag: 'enable-peer-discovery',
-    message: 'invalid --enable-peer-discovery: set POD_IP or POD_NAME (downward API) so the replica can exclude itself from its peers',
-  },
-  {
     why: 'a remote watch URL that is not a URL',
     argv: ['--remote-watch-url', 'https://ok.example', '--remote-watch-url', 'router.example:50071'],
     flag: 'remote-watch-url',
