@@ -1,0 +1,189 @@
+/**
+ * Route checkers of the workload conformance matrix (issue 8). Each checker proves one way a
+ * Pylon or an LLM client reaches a Stargate pod through the router:
+ *
+ * - `reaches`: an advertised identity answers through the router, from the pod of that name,
+ *   at the pod's CURRENT IP and port (the request is tagged, and the tag must show up in the
+ *   stub that runs at that IP:port now; a stale address would hit no stub or a dead one);
+ * - `refuses`: a name that is not advertised (a pod not ready, terminating or gone, or a
+ *   dashed-IP alias) is refused by the router with the SPEC's error, and does not reach the pod.
+ *
+ * ROUTE_CHECKS lists the checkers the matrix runs for every pod in every phase. It holds gRPC
+ * registration (SPEC §5) and LLM HTTP (SPEC §6). The reverse tunnel checkers (raw QUIC by SNI,
+ * WebTransport by SNI, SPEC §7) are added to ROUTE_CHECKS by the tunnel issues. Such a checker
+ * implements `prepare` to return what it needs before the cluster and router start: a
+ * `quicServer` factory that starts its tunnel stub on every pod's `quic` port
+ * (test/fixtures/cluster/pod-runtime.ts; at most one checker may provide one) and `routerArgs`
+ * (TLS material, --quic-insecure or --upstream-tls-cert-path, --tunnel-protocol); its `reaches`
+ * dials the router's tunnel listener (`router.router.tunnel.udp` / `.tcp`) with SNI = the pod's
+ * advertised host and finds its tag in the stub at the pod's current IP; its `refuses` expects
+ * the unknown-SNI rejection. Raw QUIC and WebTransport use different --tunnel-protocol values, so
+ * they cannot share one router: the WebTransport checker goes into its own matrix rows (ROWS in
+ * workload-matrix.test.ts carry their own list of checkers), the raw QUIC one into ROUTE_CHECKS.
+ */
+import * as grpc from '@grpc/grpc-js'
+import { request } from '../fixtures/http-client.ts'
+import type { KubeRouter } from '../fixtures/kube-router.ts'
+import type { Teardown } from '../fixtures/kube-router.ts'
+import type { ClusterPod } from '../fixtures/cluster/cluster.ts'
+import type { PodRuntimeOptions, QuicServerFactory } from '../fixtures/cluster/pod-runtime.ts'
+import { StargateControlPlane, type InferenceServerAck, type InferenceServerRegistration, type StargateInfo } from '../fixtures/stargate-proto.ts'
+
+/** An advertised pod: what the router said about it, and the pod as it runs now. */
+export interface AdvertisedRoute {
+  readonly router: KubeRouter
+  readonly stargate: StargateInfo
+  readonly pod: ClusterPod
+}
+
+/** A name the router must not route: `host` is the name rendered like an advertised host. */
+export interface RefusedRoute {
+  readonly router: KubeRouter
+  readonly identity: string
+  readonly host: string
+  /** The pod under that name when it still runs (not ready or terminating), else null. */
+  readonly pod: ClusterPod | null
+}
+
+/** Null when the route behaves; otherwise what went wrong, in one line. */
+export type CheckResult = string | null
+
+/** What a checker needs from the cluster and the router, set up before either starts. */
+export interface RouteCheckSetup {
+  /** Extra router flags. */
+  readonly routerArgs?: readonly string[]
+  /** Serves every pod's `quic` (UDP) port; at most one checker may provide it. */
+  readonly quicServer?: QuicServerFactory
+}
+
+export interface RouteChecker {
+  readonly name: string
+  /** Called once per matrix row, before the cluster and the router start. */
+  prepare? (t: Teardown): Promise<RouteCheckSetup>
+  reaches (route: AdvertisedRoute): Promise<CheckResult>
+  refuses (route: RefusedRoute): Promise<CheckResult>
+}
+
+/** Merges what the checkers need: router flags in order, the one quic server, if any. */
+export async function prepareRouteChecks (t: Teardown, checks: readonly RouteChecker[]): Promise<{ routerArgs: string[], runtime: PodRuntimeOptions }> {
+  const routerArgs: string[] = []
+  let quic: { by: string, factory: QuicServerFactory } | null = null
+  for (const check of checks) {
+    const setup = await check.prepare?.(t) ?? {}
+    routerArgs.push(...(setup.routerArgs ?? []))
+    if (setup.quicServer === undefined) continue
+    if (quic !== null) throw new Error(`route checks ${quic.by} and ${check.name} both want to serve the pods' quic port`)
+    quic = { by: check.name, factory: setup.quicServer }
+  }
+  return { routerArgs, runtime: quic === null ? {} : { quicServer: quic.factory } }
+}
+
+let tagCounter = 0
+function nextTag (kind: string): string {
+  return `conformance-${kind}-${process.pid}-${++tagCounter}`
+}
+
+interface RegistrationOutcome {
+  readonly status: grpc.StatusObject | null
+  readonly pod: string | null
+  readonly acks: InferenceServerAck[]
+}
+
+/** One registration update through the router with :authority = authority, then a clean end. */
+function registerOnce (router: KubeRouter, authority: string, inferenceServerId: string, timeoutMs = 5000): Promise<RegistrationOutcome> {
+  const client = new StargateControlPlane(router.address, grpc.credentials.createInsecure(), {
+    'grpc.default_authority': authority,
+    'grpc.use_local_subchannel_pool': 1,
+  }) as unknown as grpc.Client & {
+    registerInferenceServer: (md: grpc.Metadata) => grpc.ClientDuplexStream<InferenceServerRegistration, InferenceServerAck>
+  }
+  const metadata = new grpc.Metadata()
+  metadata.set('x-stargate-registration-heartbeat-ms', '1000')
+  const call = client.registerInferenceServer(metadata)
+  let pod: string | null = null
+  const acks: InferenceServerAck[] = []
+  return new Promise((resolve) => {
+    let done = false
+    const timer = setTimeout(() => { finish(null) }, timeoutMs)
+    function finish (status: grpc.StatusObject | null): void {
+      if (done) return
+      done = true
+      clearTimeout(timer)
+      if (status === null) call.cancel()
+      client.close()
+      resolve({ status, pod, acks })
+    }
+    call.on('metadata', (md: grpc.Metadata) => {
+      const value = md.get('x-stargate-pod')[0]
+      if (value !== undefined) pod = String(value)
+    })
+    call.on('data', (ack: InferenceServerAck) => {
+      acks.push(ack)
+      call.end()
+    })
+    call.on('status', finish)
+    call.on('error', () => {})
+    call.write({ inferenceServerId, inferenceServerUrl: 'http://127.0.0.1:9000', reverseTunnel: true, clusterId: 'conformance' })
+  })
+}
+
+function describeStatus (status: grpc.StatusObject | null): string {
+  return status === null ? 'no status within the timeout' : `${grpc.status[status.code] ?? status.code} "${status.details}"`
+}
+
+/** RegisterInferenceServer by :authority (SPEC §5). */
+export const grpcRegistrationCheck: RouteChecker = {
+  name: 'grpc registration',
+  async reaches ({ router, stargate, pod }) {
+    const tag = nextTag('grpc')
+    const outcome = await registerOnce(router, stargate.advertiseAddr, tag)
+    if (outcome.status?.code !== grpc.status.OK) return `registration to ${stargate.advertiseAddr} ended ${describeStatus(outcome.status)}`
+    if (outcome.pod !== pod.name) return `registration to ${stargate.advertiseAddr} was answered by pod ${String(outcome.pod)}`
+    if (outcome.acks.length !== 1) return `registration to ${stargate.advertiseAddr} got ${outcome.acks.length} acks, want 1`
+    const stub = pod.process.stargate
+    const seen = stub.registrations.find((r) => r.messages[0]?.inferenceServerId === tag)
+    if (seen === undefined) return `the pod's current container at ${pod.ip}:${stub.port} never saw registration ${tag} (routed to a stale address?)`
+    if (seen.authority !== stargate.advertiseAddr) return `the pod saw :authority ${seen.authority}, want ${stargate.advertiseAddr}`
+    return null
+  },
+  async refuses ({ router, identity, host, pod }) {
+    const tag = nextTag('grpc-refused')
+    const authority = `${host}:${router.frontDoorPort}`
+    const outcome = await registerOnce(router, authority, tag)
+    const want = `target stargate ${identity} is not ready`
+    if (outcome.status?.code !== grpc.status.UNAVAILABLE || outcome.status.details !== want) {
+      return `registration to ${authority} ended ${describeStatus(outcome.status)}, want UNAVAILABLE "${want}"`
+    }
+    if (pod !== null && pod.process.stargate.registrations.some((r) => r.messages[0]?.inferenceServerId === tag)) {
+      return `registration to ${authority} reached the pod although it is not advertised`
+    }
+    return null
+  },
+}
+
+/** LLM HTTP by Host (SPEC §6). */
+export const llmHttpCheck: RouteChecker = {
+  name: 'llm http',
+  async reaches ({ router, stargate, pod }) {
+    if (stargate.httpAdvertiseAddr === '') return `${stargate.stargateId} is advertised without http_advertise_addr although the pod has an http port`
+    const tag = nextTag('http')
+    const reply = await request(router.frontDoorPort, { host: stargate.httpAdvertiseAddr, headers: { 'x-conformance-tag': tag } })
+    if (reply.status !== 200) return `POST to Host ${stargate.httpAdvertiseAddr} answered ${reply.status} ${reply.body.slice(0, 200)}`
+    const answeredBy = reply.headers['x-stargate-pod']
+    if (answeredBy !== pod.name) return `Host ${stargate.httpAdvertiseAddr} was answered by pod ${String(answeredBy)}`
+    const llm = pod.process.llm
+    if (!llm.requests.some((r) => r.headers['x-conformance-tag'] === tag)) return `the pod's current container at ${pod.ip}:${llm.port} never saw request ${tag} (routed to a stale address?)`
+    return null
+  },
+  async refuses ({ router, host, pod }) {
+    const tag = nextTag('http-refused')
+    const reply = await request(router.frontDoorPort, { host: `${host}:${router.frontDoorPort}`, headers: { 'x-conformance-tag': tag } })
+    const code = reply.headers['x-stargate-error-code']
+    if (reply.status !== 404 || code !== 'unknown_target') return `POST to Host ${host} answered ${reply.status} (${String(code)}), want 404 unknown_target`
+    if (pod !== null && pod.process.llm.requests.some((r) => r.headers['x-conformance-tag'] === tag)) return `request to Host ${host} reached the pod although it is not advertised`
+    return null
+  },
+}
+
+/** Every checker the matrix runs per pod and phase; tunnel checkers are appended by issues 5 and 6. */
+export const ROUTE_CHECKS: readonly RouteChecker[] = [grpcRegistrationCheck, llmHttpCheck]
