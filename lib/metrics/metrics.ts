@@ -8,11 +8,13 @@ import { SKIP_REASONS } from '../discovery/endpoint-slice.ts'
 import { REGISTRATION_OUTCOMES } from '../control-plane/registration-outcomes.ts'
 import { createTlsMetrics, type TlsMetrics } from '../tls/metrics.ts'
 import { createPeerMetrics, type PeerMetrics } from '../discovery/peer-metrics.ts'
+import { createWebTransportMetrics, type WebTransportMetrics } from '../tunnel/webtransport-metrics.ts'
 
 export const PREFIX = 'stargate_k8s_router_'
 
 export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly registry: Registry
+  readonly webtransport: WebTransportMetrics
   readonly discoveryWatchRestarts: Counter
   readonly discoverySnapshotAge: Gauge
   readonly discoveryTargets: Gauge
@@ -46,6 +48,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     registry,
     ...createTlsMetrics(registry),
     ...createPeerMetrics(registry),
+    webtransport: createWebTransportMetrics(registry),
     discoveryWatchRestarts: new Counter({
       name: PREFIX + 'discovery_watch_restarts_total',
       help: 'EndpointSlice list/watch restarts after an error (the informer stops on any non-410 error)',
@@ -167,7 +170,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
   for (const reason of SKIP_REASONS) metrics.endpointSliceSkipped.labels(reason).inc(0)
   for (const result of ['success', 'rejected']) metrics.targetsFileReloads.labels(result).inc(0)
   for (const outcome of REGISTRATION_OUTCOMES) metrics.registrationStreamsClosed.labels(outcome).inc(0)
-  metrics.tlsHandshakeFailures.labels('front_door').inc(0)
+  for (const listener of ['front_door', 'webtransport']) metrics.tlsHandshakeFailures.labels(listener).inc(0)
   metrics.httpRequests.labels('forwarded', '2xx').inc(0)
   for (const reason of ['initial', 'change', 'heartbeat']) metrics.watchMessagesSent.labels(reason).inc(0)
   return metrics

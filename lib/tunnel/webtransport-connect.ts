@@ -1,0 +1,135 @@
+/**
+ * The pure rules of a WebTransport session request (SPEC §7): which extended CONNECT
+ * requests are session requests, which pod a session goes to, and which headers the
+ * upstream CONNECT carries. The relay (webtransport-relay.ts) does the I/O.
+ *
+ * Rejections are one table, code → HTTP status, metric outcome and message, so the status a
+ * Pylon sees, the outcome an operator counts and the text in the log cannot drift apart.
+ */
+import http2, { type IncomingHttpHeaders, type IncomingHttpStatusHeader, type OutgoingHttpHeaders } from 'node:http2'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import type { PodTarget, TargetSnapshot } from '../discovery/types.ts'
+import { resolveAuthority, resolveSni } from '../routing/resolve.ts'
+import type { WebTransportOutcome } from './webtransport-metrics.ts'
+
+/** The only path a session request may use. */
+export const SESSION_PATH = '/_stargate/webtransport'
+
+export const REJECTIONS = {
+  wrong_method: { status: 400, outcome: 'invalid_connect', message: 'webtransport session requests use the CONNECT method' },
+  missing_protocol: { status: 400, outcome: 'invalid_connect', message: 'webtransport session requests need the :protocol pseudo-header webtransport (extended CONNECT, RFC 8441)' },
+  wrong_protocol: { status: 400, outcome: 'invalid_connect', message: ':protocol must be webtransport' },
+  wrong_path: { status: 400, outcome: 'invalid_connect', message: `webtransport session path must be ${SESSION_PATH}` },
+  missing_sni: { status: 400, outcome: 'missing_sni', message: 'missing target SNI' },
+  unknown_sni: { status: 404, outcome: 'unknown_sni', message: 'unknown target SNI' },
+  target_unavailable: { status: 503, outcome: 'target_unavailable', message: 'target stargate not ready' },
+  upstream_timeout: { status: 502, outcome: 'upstream_connect_error', message: 'timed out connecting to stargate target' },
+  upstream_unreachable: { status: 502, outcome: 'upstream_connect_error', message: 'failed to connect to stargate target' },
+  upstream_no_webtransport: { status: 502, outcome: 'upstream_connect_error', message: 'stargate target does not accept extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL)' },
+  upstream_no_answer: { status: 504, outcome: 'upstream_connect_error', message: 'stargate target did not answer the session request in time' },
+  shutting_down: { status: 503, outcome: null, message: 'router is shutting down' },
+} as const satisfies Record<string, { status: number, outcome: WebTransportOutcome | null, message: string }>
+
+export type RejectionCode = keyof typeof REJECTIONS
+
+export type ConnectCheck = { readonly ok: true } | { readonly ok: false, readonly code: 'wrong_method' | 'missing_protocol' | 'wrong_protocol' | 'wrong_path' }
+
+const OK: ConnectCheck = Object.freeze({ ok: true })
+
+/** Whether a request is a WebTransport session request at SESSION_PATH (a query string is allowed). */
+export function checkConnect (headers: IncomingHttpHeaders): ConnectCheck {
+  if (headers[':method'] !== 'CONNECT') return { ok: false, code: 'wrong_method' }
+  const protocol = headers[':protocol']
+  if (protocol === undefined) return { ok: false, code: 'missing_protocol' }
+  if (protocol !== 'webtransport') return { ok: false, code: 'wrong_protocol' }
+  const path = headers[':path']
+  if (typeof path !== 'string') return { ok: false, code: 'wrong_path' }
+  const query = path.indexOf('?')
+  const bare = query < 0 ? path : path.slice(0, query)
+  return bare === SESSION_PATH ? OK : { ok: false, code: 'wrong_path' }
+}
+
+export type SessionRoute =
+  | { readonly ok: true, readonly target: PodTarget, readonly serverName: string }
+  | { readonly ok: false, readonly code: 'missing_sni' | 'unknown_sni' | 'target_unavailable' }
+
+/**
+ * The pod of a session: by the TLS server name when the client sent one, else by
+ * :authority (a client that dials by IP sends no SNI). A server name that does not match the
+ * template is not retried as :authority: the TLS identity names the target. serverName is
+ * what the upstream TLS handshake sends and verifies: the same name.
+ */
+export function routeSession (sni: string | false | null | undefined, authority: string | undefined, snapshot: TargetSnapshot, template: HostnameTemplate): SessionRoute {
+  if (typeof sni === 'string' && sni !== '') {
+    const route = resolveSni(sni, snapshot, template)
+    if (route.ok) return { ok: true, target: route.target, serverName: sni.toLowerCase() }
+    return { ok: false, code: route.reason }
+  }
+  const route = resolveAuthority(authority, snapshot, template)
+  if (route.ok) return { ok: true, target: route.target, serverName: hostOf(authority ?? '') }
+  switch (route.reason) {
+    case 'missing_authority': return { ok: false, code: 'missing_sni' }
+    case 'unknown_authority': return { ok: false, code: 'unknown_sni' }
+    case 'target_unavailable': return { ok: false, code: 'target_unavailable' }
+    default: {
+      const never: never = route
+      return never
+    }
+  }
+}
+
+/** The host of an :authority, lower-cased, without port or trailing dot. */
+export function hostOf (authority: string): string {
+  let end = authority.length
+  for (let i = end - 1; i >= 0; i--) {
+    const c = authority.charCodeAt(i)
+    if (c === 58 /* : */) { end = i; break }
+    if (c < 48 || c > 57) break
+  }
+  if (end > 0 && authority.charCodeAt(end - 1) === 46 /* . */) end--
+  return authority.slice(0, end).toLowerCase()
+}
+
+/** Connection-specific fields: never legal in HTTP/2 (RFC 9113 §8.2.2); Node refuses to send them. */
+const CONNECTION_SPECIFIC = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'host', 'http2-settings'])
+/** Fields HPACK must never index (RFC 7541 §7.1.3): credentials. */
+export const SENSITIVE_HEADERS: readonly string[] = ['authorization', 'x-stargate-auth-token', 'cookie', 'proxy-authorization']
+
+/**
+ * The upstream CONNECT: every field of the downstream request, in order, a repeated field
+ * kept as repeated fields (an array value makes Node send one field per entry), and the
+ * pseudo-headers as received. Credentials go out as never-indexed fields.
+ */
+export function upstreamHeaders (rawHeaders: readonly string[]): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {}
+  const sensitive: string[] = []
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = (rawHeaders[i] as string).toLowerCase()
+    const value = rawHeaders[i + 1] as string
+    if (CONNECTION_SPECIFIC.has(name)) continue
+    const existing = out[name]
+    if (existing === undefined) {
+      out[name] = value
+      if (SENSITIVE_HEADERS.includes(name)) sensitive.push(name)
+    } else if (name.charCodeAt(0) === 58 /* : */) {
+      continue // a repeated pseudo-header is malformed; nghttp2 rejects it before we see it
+    } else if (Array.isArray(existing)) {
+      existing.push(value)
+    } else {
+      out[name] = [String(existing), value]
+    }
+  }
+  if (sensitive.length > 0) (out as Record<symbol, unknown>)[http2.sensitiveHeaders] = sensitive
+  return out
+}
+
+/** The downstream response to a rejected upstream session: status and fields, minus pseudo and connection-specific ones. */
+export function downstreamResponseHeaders (upstream: IncomingHttpHeaders & IncomingHttpStatusHeader): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {}
+  for (const name of Object.keys(upstream)) {
+    if (name.charCodeAt(0) === 58 || CONNECTION_SPECIFIC.has(name)) continue
+    out[name] = upstream[name] as string | string[] | undefined
+  }
+  out[':status'] = upstream[':status'] ?? 502
+  return out
+}

@@ -1,0 +1,463 @@
+/**
+ * The WebTransport reverse-tunnel relay (SPEC §7): WebTransport over HTTP/2 on the TCP port
+ * with the tunnel port number.
+ *
+ *   Pylon ──TLS(SNI) h2 extended CONNECT /_stargate/webtransport──▶ relay
+ *     check the request (400) → route by SNI, else :authority (400/404/503)
+ *     → dial the pod's quic port over TCP: TLS with the same server name, h2, the same
+ *       CONNECT with every header (502 unreachable / 504 no answer within the connect timeout)
+ *     → answer the Pylon with the pod's status: 2xx bridges (webtransport-bridge.ts),
+ *       anything else is passed through with its body.
+ *
+ * The relay terminates TLS and HTTP/2 on both legs but not WebTransport: the session's
+ * capsules pass through unchanged (see webtransport-capsule.ts), so it never holds per-stream
+ * state, and a malformed or hostile session can only break its own two legs.
+ *
+ * Lifecycle: listen() → stopAccepting() (listener closed, GOAWAY to Pylon connections; open
+ * sessions keep relaying) → close(reason) (every session gets a close capsule with the
+ * reason, what has not finished CLOSE_GRACE_MS later is reset). close() is idempotent.
+ *
+ * Liveness (--relay-idle-timeout-ms, --relay-keep-alive-ms): one coarse tick for all
+ * sessions (1 s, shorter for short timeouts; times are read from it, not per chunk). With keep-alive on, both legs' connections are PINGed every keep-alive interval
+ * and a PING answer counts as a sign of life; a session closes with reason `idle timeout`
+ * once either side showed none for the idle timeout.
+ */
+import type { AddressInfo } from 'node:net'
+import http2, {
+  constants, type IncomingHttpHeaders, type SecureServerOptions, type ServerHttp2Session, type ServerHttp2Stream, type Settings,
+} from 'node:http2'
+import type { SecureContextOptions, TLSSocket } from 'node:tls'
+import type { SnapshotReader } from '../discovery/types.ts'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import type { Logger } from '../log.ts'
+import type { TrustBundle } from '../tls/types.ts'
+import { peerChainOf, verifiesAgainst } from '../tls/client-cert.ts'
+import { DEFAULT_RAPID_RESET, RapidResetGuard } from '../front-door/http2-guard.ts'
+import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from './webtransport-capsule.ts'
+import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from './webtransport-connect.ts'
+import { UpstreamDial, type DialAnswer, type DialFailure, type UpstreamTrust } from './webtransport-upstream.ts'
+import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './webtransport-bridge.ts'
+import type { WebTransportMetrics } from './webtransport-metrics.ts'
+
+export interface WebTransportRelayOptions {
+  readonly host: string
+  readonly port: number
+  readonly snapshot: SnapshotReader
+  readonly template: HostnameTemplate
+  /** The first handshakes' server context (cert, key, and ca when verifying clients). */
+  readonly serverTls: SecureContextOptions
+  /** Ask for and verify client certificates (mTLS for Pylons). */
+  readonly requireClientCert: boolean
+  /** The upstream trust in force; read per dial. */
+  readonly upstreamTrust: () => UpstreamTrust
+  readonly connectTimeoutMs: number
+  readonly idleTimeoutMs: number
+  /** 0 disables keep-alive PINGs. */
+  readonly keepAliveMs: number
+  readonly maxConcurrentStreams: number
+  readonly maxHeaderListSize: number
+  /** Advertised to Pylons as the initial WebTransport flow control (default: the library's). */
+  readonly wtSettings?: Readonly<Record<number, number>>
+  readonly metrics: WebTransportMetrics
+  readonly logger: Logger
+  readonly onTlsError?: (err: Error) => void
+  readonly onRapidReset?: () => void
+}
+
+/** The coarse tick: at most this, and a quarter of the idle timeout or half the keep-alive interval below that. */
+const MAX_TICK_MS = 1000
+const MIN_TICK_MS = 20
+/** A pod's non-2xx answer is passed through with at most this much body. */
+const MAX_REJECTION_BODY = 64 * 1024
+
+interface PendingSession {
+  readonly stream: ServerHttp2Stream
+  readonly dial: UpstreamDial
+  readonly trustKey: string
+  /** Set once the dial reported or the Pylon left; the other event is then ignored. */
+  settled: boolean
+  readonly onStreamClose: () => void
+}
+
+function ignore (): void {
+  // Stream errors show up as 'close' with an rstCode; the owner handles that.
+}
+
+export class WebTransportRelay {
+  readonly #options: WebTransportRelayOptions
+  readonly #server: http2.Http2SecureServer
+  readonly #guard: RapidResetGuard
+  /** Pylon connections: session requests open on each, and since when it has had none. */
+  readonly #sessions = new Map<ServerHttp2Session, { streams: number, idleSince: number }>()
+  /** Pods whose WebTransport SETTINGS differ from what Pylons are told (warned once each). */
+  readonly #settingsWarned = new Set<string>()
+  readonly #bridges = new Set<WebTransportBridge>()
+  readonly #pending = new Set<PendingSession>()
+  readonly #clock: CoarseClock = { now: Date.now() }
+  #tick: NodeJS.Timeout | null = null
+  #accepting = true
+  #closing: Promise<void> | null = null
+  #address: AddressInfo | null = null
+  #onDrained: (() => void) | null = null
+
+  constructor (options: WebTransportRelayOptions) {
+    this.#options = options
+    this.#guard = new RapidResetGuard({
+      ...DEFAULT_RAPID_RESET,
+      onTrip: (session, resets, opened) => {
+        options.onRapidReset?.()
+        options.logger.warn({ resets, opened, remote: session.socket?.remoteAddress }, 'closing webtransport http2 connection: rapid stream resets (GOAWAY ENHANCE_YOUR_CALM)')
+      },
+    })
+    const settings: Settings = {
+      enableConnectProtocol: true,
+      enablePush: false,
+      maxConcurrentStreams: options.maxConcurrentStreams,
+      maxHeaderListSize: options.maxHeaderListSize,
+      customSettings: { ...(options.wtSettings ?? DEFAULT_WT_SETTINGS) },
+    }
+    const serverOptions: SecureServerOptions = {
+      ...options.serverTls,
+      ALPNProtocols: ['h2'],
+      requestCert: options.requireClientCert,
+      rejectUnauthorized: options.requireClientCert,
+      settings,
+      remoteCustomSettings: WT_SETTING_IDS,
+      maxHeaderListPairs: 256,
+      maxSessionInvalidFrames: 100,
+      maxSessionRejectedStreams: 100,
+      maxSettings: 32,
+      maxOutstandingPings: 10,
+      // A client that does not negotiate h2 (ALPN) gets nothing here; Node would hold its
+      // socket for 100 s by default.
+      unknownProtocolTimeout: 1000,
+    }
+    this.#server = http2.createSecureServer(serverOptions)
+    this.#server.on('session', (session) => { this.#onSession(session) })
+    this.#server.on('tlsClientError', (err) => {
+      options.onTlsError?.(err)
+      options.logger.debug({ err: err.message }, 'webtransport tls handshake failed')
+    })
+    this.#server.on('unknownProtocol', (socket) => { socket.destroy() })
+    this.#server.on('sessionError', (err) => { options.logger.debug({ err: err.message }, 'webtransport http2 session error') })
+  }
+
+  /** Sessions bridged now. */
+  get activeSessions (): number {
+    return this.#bridges.size
+  }
+
+  /** Session requests waiting for the pod's answer. */
+  get pendingSessions (): number {
+    return this.#pending.size
+  }
+
+  /** Pylon HTTP/2 connections open now. */
+  get downstreamConnections (): number {
+    return this.#sessions.size
+  }
+
+  get address (): AddressInfo | null {
+    return this.#address
+  }
+
+  async listen (): Promise<AddressInfo> {
+    await new Promise<void>((resolve, reject) => {
+      this.#server.once('error', reject)
+      this.#server.listen(this.#options.port, this.#options.host, () => {
+        this.#server.off('error', reject)
+        resolve()
+      })
+    })
+    this.#server.on('error', (err) => { this.#options.logger.error({ err: err.message }, 'webtransport listener error') })
+    this.#address = this.#server.address() as AddressInfo
+    const { idleTimeoutMs, keepAliveMs } = this.#options
+    const tickMs = Math.max(MIN_TICK_MS, Math.min(MAX_TICK_MS, idleTimeoutMs / 4, keepAliveMs > 0 ? keepAliveMs / 2 : MAX_TICK_MS))
+    this.#tick = setInterval(() => { this.#onTick() }, tickMs)
+    this.#tick.unref()
+    return this.#address
+  }
+
+  /** New handshakes use these options (server identity hot reload); open connections keep theirs. */
+  setSecureContext (options: SecureContextOptions): void {
+    this.#server.setSecureContext(options)
+  }
+
+  /** Shutdown has begun: no new connections or sessions; open sessions keep relaying. */
+  stopAccepting (): void {
+    if (!this.#accepting) return
+    this.#accepting = false
+    if (this.#server.listening) this.#server.close()
+    // GOAWAY: the Pylon opens no new session on this connection; the open ones continue.
+    for (const session of this.#sessions.keys()) if (!session.closed) session.close()
+  }
+
+  /** Closes bridged sessions verified under another upstream trust; returns how many. */
+  closeTrust (currentKey: string): number {
+    let closed = 0
+    for (const bridge of this.#bridges) {
+      if (bridge.trustKey === currentKey) continue
+      bridge.close(0, 'upstream trust replaced', 'trust_replaced')
+      closed++
+    }
+    return closed
+  }
+
+  /** After a client-trust change: closes Pylon connections whose certificate no longer verifies. */
+  closeUntrustedClients (bundle: TrustBundle, now: Date = new Date()): number {
+    let closed = 0
+    for (const session of this.#sessions.keys()) {
+      const socket = session.socket as TLSSocket | undefined
+      if (socket === undefined || socket.destroyed) continue
+      const chain = peerChainOf(socket)
+      if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
+      for (const bridge of this.#bridges) {
+        if (bridge.downstreamSession === session) bridge.close(0, 'client trust replaced', 'trust_replaced')
+      }
+      session.close()
+      closed++
+    }
+    return closed
+  }
+
+  /** Closes every session with the reason and stops listening. Idempotent. */
+  close (reason = 'router shutdown'): Promise<void> {
+    this.#closing ??= this.#close(reason)
+    return this.#closing
+  }
+
+  async #close (reason: string): Promise<void> {
+    this.stopAccepting()
+    for (const pending of [...this.#pending]) this.#settlePending(pending, 'shutting_down', 'router shutdown')
+    for (const bridge of this.#bridges) bridge.close(0, reason, 'completed')
+    if (this.#bridges.size > 0) {
+      // Bridges reset themselves CLOSE_GRACE_MS after a close began; the margin covers that.
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, CLOSE_GRACE_MS + 500)
+        this.#onDrained = () => {
+          clearTimeout(timer)
+          resolve()
+        }
+      })
+      this.#onDrained = null
+    }
+    for (const bridge of [...this.#bridges]) bridge.destroy()
+    if (this.#tick !== null) {
+      clearInterval(this.#tick)
+      this.#tick = null
+    }
+    for (const session of this.#sessions.keys()) session.destroy()
+    if (this.#server.listening) await new Promise<void>((resolve) => { this.#server.close(() => { resolve() }) })
+  }
+
+  #onSession (session: ServerHttp2Session): void {
+    if (!this.#accepting) {
+      session.destroy()
+      return
+    }
+    const state = { streams: 0, idleSince: this.#clock.now }
+    this.#sessions.set(session, state)
+    session.on('stream', (stream, headers, _flags, rawHeaders) => {
+      state.streams++
+      stream.once('close', () => {
+        if (--state.streams === 0) state.idleSince = this.#clock.now
+      })
+      this.#onStream(session, stream, headers, rawHeaders)
+    })
+    session.on('close', () => { this.#sessions.delete(session) })
+    session.on('error', (err) => { this.#options.logger.debug({ err: err.message }, 'webtransport http2 session error') })
+  }
+
+  #onStream (session: ServerHttp2Session, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: readonly string[]): void {
+    this.#guard.onStream(session, stream)
+    stream.on('error', ignore)
+    if (stream.destroyed || stream.closed) return
+    if (!this.#accepting) {
+      this.#reject(stream, 'shutting_down', null)
+      return
+    }
+    const check = checkConnect(headers)
+    if (!check.ok) {
+      this.#reject(stream, check.code, null)
+      return
+    }
+    const socket = session.socket as TLSSocket
+    const route = routeSession(socket.servername, headers[':authority'], this.#options.snapshot.current(), this.#options.template)
+    if (!route.ok) {
+      this.#reject(stream, route.code, null)
+      return
+    }
+    const trust = this.#options.upstreamTrust()
+    // Session setup runs once per session request, next to a TLS handshake and a new upstream
+    // connection; the closures here cost nothing by comparison. Per-chunk paths have none.
+    let pending: PendingSession | null = null
+    const dial = new UpstreamDial({
+      target: route.target,
+      serverName: route.serverName,
+      headers: upstreamHeaders(rawHeaders),
+      wtSettings: pickWtSettings(session.remoteSettings.customSettings) ?? DEFAULT_WT_SETTINGS,
+      trust,
+      timeoutMs: this.#options.connectTimeoutMs,
+    }, (failure, answer) => {
+      // Reported from the dial's events, after `pending` was set below.
+      if (pending === null || pending.settled) return
+      if (failure !== null) this.#onDialFailure(pending, route.target.identity, failure.code, failure.detail)
+      else if (answer !== null) this.#onAnswer(pending, route.target.identity, answer)
+    })
+    const created: PendingSession = {
+      stream,
+      dial,
+      trustKey: trust.key,
+      settled: false,
+      onStreamClose: () => { this.#onPendingAbandoned(created) },
+    }
+    pending = created
+    this.#pending.add(created)
+    stream.once('close', created.onStreamClose)
+  }
+
+  /** The Pylon reset or lost the request before the pod answered. */
+  #onPendingAbandoned (pending: PendingSession): void {
+    if (!this.#unpend(pending)) return
+    pending.dial.cancel()
+    this.#options.metrics.sessions.labels('relay_error').inc()
+  }
+
+  /** Marks a pending session settled; false when it already was. */
+  #unpend (pending: PendingSession): boolean {
+    if (pending.settled) return false
+    pending.settled = true
+    this.#pending.delete(pending)
+    pending.stream.off('close', pending.onStreamClose)
+    return true
+  }
+
+  #onDialFailure (pending: PendingSession, target: string, code: DialFailure, detail: string): void {
+    this.#options.logger.info({ target, code, detail }, `webtransport session to ${target} failed: ${REJECTIONS[code].message}`)
+    this.#settlePending(pending, code, detail)
+  }
+
+  #onAnswer (pending: PendingSession, target: string, answer: DialAnswer): void {
+    const { stream } = pending
+    if (!this.#unpend(pending)) {
+      answer.session.destroy()
+      return
+    }
+    if (stream.closed || stream.destroyed) {
+      // The Pylon left while the pod answered.
+      answer.session.destroy()
+      this.#options.metrics.sessions.labels('relay_error').inc()
+      return
+    }
+    if (pending.trustKey !== this.#options.upstreamTrust().key) {
+      answer.session.destroy()
+      this.#reject(stream, 'upstream_unreachable', null)
+      return
+    }
+    if (answer.status >= 200 && answer.status < 300) {
+      this.#checkPodSettings(target, answer.session.remoteSettings.customSettings)
+      stream.respond(downstreamResponseHeaders(answer.headers), { endStream: false })
+      this.#bridge(stream, answer, pending.trustKey, target)
+      return
+    }
+    this.#passThroughRejection(stream, answer)
+  }
+
+  /**
+   * Capsules pass end to end, so the flow-control credit a Pylon assumes (what the relay
+   * advertised) should be what the pod grants. A pod configured otherwise still works for
+   * small transfers but may stall or break streams: say so once per pod and values.
+   */
+  #checkPodSettings (target: string, custom: Readonly<Record<number, number>> | undefined): void {
+    const advertised = this.#options.wtSettings ?? DEFAULT_WT_SETTINGS
+    const pod = pickWtSettings(custom)
+    if (pod === null) return
+    const differs = Object.keys(pod).some((id) => pod[Number(id)] !== advertised[Number(id)])
+    if (!differs) return
+    const key = `${target} ${JSON.stringify(pod)}`
+    if (this.#settingsWarned.has(key) || this.#settingsWarned.size >= 1000) return
+    this.#settingsWarned.add(key)
+    this.#options.logger.warn({ target, pod, advertised }, `stargate ${target} advertises WebTransport flow-control settings that differ from the ones the router gives Pylons; large transfers may stall`)
+  }
+
+  #bridge (stream: ServerHttp2Stream, answer: DialAnswer, trustKey: string, target: string): void {
+    const bridge = new WebTransportBridge({
+      downstream: stream,
+      upstream: answer.stream,
+      upstreamSession: answer.session,
+      trustKey,
+      target,
+      clock: this.#clock,
+      keepAlive: this.#options.keepAliveMs > 0,
+      metrics: this.#options.metrics,
+      onEnd: (ended, end) => { this.#onBridgeEnd(ended, end) },
+    })
+    this.#bridges.add(bridge)
+    this.#options.metrics.sessions.labels('accepted').inc()
+    this.#options.metrics.activeSessions.inc()
+    this.#options.logger.debug({ target }, 'webtransport session bridged')
+  }
+
+  #onBridgeEnd (bridge: WebTransportBridge, end: BridgeEnd): void {
+    if (!this.#bridges.delete(bridge)) return
+    this.#options.metrics.sessions.labels(end).inc()
+    this.#options.metrics.activeSessions.dec()
+    if (this.#bridges.size === 0) this.#onDrained?.()
+    this.#options.logger.debug({ target: bridge.target, end, seconds: Math.round((this.#clock.now - bridge.startedAt) / 1000) }, 'webtransport session ended')
+  }
+
+  /** A pod that refused the session: its status, fields and (bounded) body reach the Pylon. */
+  #passThroughRejection (stream: ServerHttp2Stream, answer: DialAnswer): void {
+    this.#options.metrics.sessions.labels('upstream_rejected').inc()
+    stream.respond(downstreamResponseHeaders(answer.headers), { endStream: false })
+    let sent = 0
+    const upstream = answer.stream
+    upstream.on('data', (chunk: Buffer) => {
+      if (sent >= MAX_REJECTION_BODY || stream.closed) return
+      const part = chunk.length + sent > MAX_REJECTION_BODY ? chunk.subarray(0, MAX_REJECTION_BODY - sent) : chunk
+      sent += part.length
+      stream.write(part)
+    })
+    const finish = (): void => {
+      if (!stream.closed && !stream.writableEnded) stream.end(() => { if (!stream.closed) stream.close() })
+      if (!answer.session.closed) answer.session.close()
+    }
+    upstream.once('end', finish)
+    upstream.once('close', finish)
+  }
+
+  #settlePending (pending: PendingSession, code: RejectionCode, detail: string | null): void {
+    if (!this.#unpend(pending)) return
+    pending.dial.cancel()
+    this.#reject(pending.stream, code, detail)
+  }
+
+  #reject (stream: ServerHttp2Stream, code: RejectionCode, detail: string | null): void {
+    const rejection = REJECTIONS[code]
+    if (rejection.outcome !== null) this.#options.metrics.sessions.labels(rejection.outcome).inc()
+    if (stream.closed || stream.destroyed || stream.headersSent) return
+    stream.respond({ ':status': rejection.status, 'content-type': 'text/plain; charset=utf-8', 'x-stargate-error-code': code }, { endStream: false })
+    // The message is the table's; the detail (an upstream error) goes to the log only.
+    stream.end(rejection.message + '\n', () => { if (!stream.closed) stream.close(constants.NGHTTP2_NO_ERROR) })
+    if (detail === null) this.#options.logger.debug({ code, status: rejection.status }, `webtransport session request rejected: ${rejection.message}`)
+  }
+
+  #onTick (): void {
+    const now = Date.now()
+    this.#clock.now = now
+    const { idleTimeoutMs, keepAliveMs } = this.#options
+    // A Pylon connection that carries no session request for the idle timeout is closed
+    // (a connection that only ever completes TLS would otherwise be held forever).
+    for (const [session, state] of this.#sessions) {
+      if (state.streams === 0 && now - state.idleSince > idleTimeoutMs && !session.closed) session.close()
+    }
+    for (const bridge of this.#bridges) {
+      bridge.flushBytes()
+      if (now - Math.min(bridge.lastFromDownstream, bridge.lastFromUpstream) > idleTimeoutMs) {
+        bridge.close(0, 'idle timeout', 'completed')
+        continue
+      }
+      if (keepAliveMs > 0 && now - bridge.lastPing >= keepAliveMs) bridge.ping()
+    }
+  }
+}

@@ -1,0 +1,92 @@
+/**
+ * Issue 6: rejected or aborted WebTransport sessions never take the router down. The router
+ * runs as `node server/main.ts` in a child process here, so a crash (an unhandled rejection
+ * or exception anywhere in the session path) would end the process and fail the test,
+ * rather than being caught by the test runner. Also: the start-up log says which
+ * WebTransport transports are active, and why HTTP/3 is not.
+ */
+import t from 'tap'
+import { startWtRouterProcess } from '../fixtures/webtransport-process.ts'
+import { openPylonSession, rawConnect, rawRequest, SESSION_PATH } from '../fixtures/webtransport-pylon.ts'
+import { next, payload, writeAll } from '../fixtures/webtransport-streams.ts'
+import { httpGet } from '../fixtures/router-process.ts'
+import { waitFor } from '../fixtures/wait.ts'
+import { HTTP3_TRANSPORT_MODULE, probeHttp3Transport } from '../../lib/tunnel/webtransport-http3.ts'
+
+// One router process for the file: starting one takes a few seconds of CPU.
+const router = await startWtRouterProcess(t, { pods: ['stargate-0', 'stargate-1'], args: ['--connect-timeout-ms', '500'] })
+
+t.test('the router says at start-up which WebTransport transports are active, and why HTTP/3 is not', async (t) => {
+  const line = router.p.logs().find((l) => typeof l.msg === 'string' && l.msg.startsWith('webtransport tunnel listening'))
+  t.ok(line !== undefined, 'one line at start-up')
+  const transports = line?.transports as { http2: string, http3: string }
+  t.equal(transports.http2, `tcp 127.0.0.1:${router.tunnelPort}`)
+  const probe = await probeHttp3Transport()
+  if (probe.available) {
+    t.equal(transports.http3, 'loaded, not served')
+  } else {
+    t.equal(transports.http3, 'unavailable')
+    t.match(line?.http3Reason, HTTP3_TRANSPORT_MODULE, 'the reason names the missing native module')
+    t.match(String(line?.msg), HTTP3_TRANSPORT_MODULE)
+  }
+  t.notMatch(router.p.stdout(), /http3 loader|Problem loading/, 'no stray output from the WebTransport library on stdout')
+})
+
+t.test('rejected and aborted sessions never take the router process down', async (t) => {
+  const refusing = router.stubs.get('stargate-1')!
+  refusing.setAnswer((record) => record.headers['x-answer'] === 'hang' ? 'hang' : Number(record.headers['x-answer'] ?? 401))
+  const target = router.target('stargate-0')
+  const authority = `stargate-0.stargate.external:${router.tunnelPort}`
+
+  // Refused by the router.
+  t.equal((await rawRequest(t, target, { ':method': 'GET', ':scheme': 'https', ':path': '/', ':authority': authority })).status, 400)
+  t.equal((await rawRequest(t, target, { ':method': 'CONNECT', ':authority': authority })).status, 400)
+  t.equal((await openPylonSession(t, { ...target, servername: 'nobody.other.example', verifyName: 'x.stargate.external' })).status, 404)
+  // Refused or never answered by the pod.
+  for (const answer of ['401', '429', '500', 'hang']) {
+    const opened = await openPylonSession(t, router.target('stargate-1'), { headers: { 'x-answer': answer } })
+    t.equal(opened.status, answer === 'hang' ? 504 : Number(answer), `pod answer ${answer}`)
+  }
+  // Aborted: before the pod answers, while idle, and mid-stream, from each side.
+  const early = await openPylonSession(t, router.target('stargate-1'), { headers: { 'x-answer': 'hang' }, timeoutMs: 100 })
+  early.destroy()
+  const idle = await openPylonSession(t, target)
+  idle.destroy()
+  const busy = await openPylonSession(t, target)
+  const stream = await busy.wt!.session.createBidirectionalStream()
+  void writeAll(stream.writable, payload(4 * 1024 * 1024, 1)).catch(() => {})
+  await waitFor(async () => (await router.metric('stargate_k8s_router_webtransport_bridged_bytes_total', { direction: 'to_upstream' }) ?? 0) > 0, { message: 'bytes flowing' })
+  busy.destroy()
+  const podSide = await openPylonSession(t, target)
+  const atPod = router.stubs.get('stargate-0')!.sessions.at(-1)!
+  atPod.wt.session.close({ closeCode: 1, reason: 'pod closes first' })
+  t.strictSame(await podSide.wt!.ended, { ok: true, closeCode: 1, reason: 'pod closes first' })
+  // A protocol violation on the CONNECT stream: garbage instead of capsules (a capsule
+  // header announcing 2^62 - 1 bytes, then noise). The relay passes it on; the pod's
+  // library closes the session; nothing else is affected.
+  const garbage = await rawConnect(t, target, { ':method': 'CONNECT', ':protocol': 'webtransport', ':scheme': 'https', ':path': SESSION_PATH, ':authority': authority })
+  t.equal(garbage.status, 200, 'a session for the garbage')
+  garbage.stream.write(Buffer.concat([Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]), payload(64 * 1024, 9)]))
+  await waitFor(() => garbage.stream.closed, { timeoutMs: 10_000, message: 'the garbage session closed' })
+
+  // Still alive, ready and relaying.
+  await waitFor(async () => await router.metric('stargate_k8s_router_webtransport_sessions_active') === 0, { timeoutMs: 10_000, message: 'every session ended' })
+  t.equal(router.p.child.exitCode, null, 'the router process is running')
+  t.equal((await httpGet(router.healthPort, '/readyz')).status, 200, 'and ready')
+  const last = await openPylonSession(t, target)
+  t.equal(last.status, 200, 'a new session works')
+  const hello = await next(last.wt!.session.incomingUnidirectionalStreams)
+  t.ok(hello !== null, 'and is bridged')
+  t.notMatch(router.p.stderr(), /unhandled|uncaught|TypeError/i, 'nothing on stderr about unhandled errors')
+  t.equal(await router.metric('stargate_k8s_router_webtransport_sessions_total', { outcome: 'invalid_connect' }), 2)
+  t.equal(await router.metric('stargate_k8s_router_webtransport_sessions_total', { outcome: 'upstream_rejected' }), 3)
+})
+
+const http3 = await probeHttp3Transport()
+if (!http3.available) console.log(`# skipping the HTTP/3 test: ${http3.reason}`)
+t.test('WebTransport over HTTP/3 relays a session to the pod', {
+  skip: http3.available ? false : `HTTP/3 WebTransport needs the native module ${HTTP3_TRANSPORT_MODULE}, which does not load here (${http3.reason})`,
+  todo: http3.available ? 'the native HTTP/3 transport loads here, but the relay bridges WebTransport over HTTP/2 only' : false,
+}, async (t) => {
+  t.fail('not implemented: the relay serves WebTransport over HTTP/2 only')
+})
