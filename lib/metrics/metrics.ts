@@ -9,12 +9,14 @@ import { REGISTRATION_OUTCOMES } from '../control-plane/registration-outcomes.ts
 import { createTlsMetrics, type TlsMetrics } from '../tls/metrics.ts'
 import { createPeerMetrics, type PeerMetrics } from '../discovery/peer-metrics.ts'
 import { createWebTransportMetrics, type WebTransportMetrics } from '../tunnel/webtransport-metrics.ts'
+import { createRawQuicMetrics, type RawQuicMetrics } from '../tunnel/raw-quic-metrics.ts'
 
 export const PREFIX = 'stargate_k8s_router_'
 
 export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly registry: Registry
   readonly webtransport: WebTransportMetrics
+  readonly quic: RawQuicMetrics
   readonly discoveryWatchRestarts: Counter
   readonly discoverySnapshotAge: Gauge
   readonly discoveryTargets: Gauge
@@ -49,6 +51,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     ...createTlsMetrics(registry),
     ...createPeerMetrics(registry),
     webtransport: createWebTransportMetrics(registry),
+    quic: createRawQuicMetrics(registry),
     discoveryWatchRestarts: new Counter({
       name: PREFIX + 'discovery_watch_restarts_total',
       help: 'EndpointSlice list/watch restarts after an error (the informer stops on any non-410 error)',
