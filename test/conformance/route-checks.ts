@@ -28,6 +28,13 @@ import type { Teardown } from '../fixtures/kube-router.ts'
 import type { ClusterPod } from '../fixtures/cluster/cluster.ts'
 import type { PodRuntimeOptions, QuicServerFactory } from '../fixtures/cluster/pod-runtime.ts'
 import { StargateControlPlane, type InferenceServerAck, type InferenceServerRegistration, type StargateInfo } from '../fixtures/stargate-proto.ts'
+import { createQuicTls, type QuicTls } from '../fixtures/quic-tls.ts'
+import { StubStargateQuic } from '../fixtures/quic-stargate.ts'
+import { PylonTunnel } from '../fixtures/quic-pylon.ts'
+import { StubWtStargate } from '../fixtures/webtransport-stargate.ts'
+import { openPylonSession, type PylonTarget } from '../fixtures/webtransport-pylon.ts'
+import { connect as tlsConnect } from 'node:tls'
+import { once } from 'node:events'
 
 /** An advertised pod: what the router said about it, and the pod as it runs now. */
 export interface AdvertisedRoute {
@@ -185,5 +192,137 @@ export const llmHttpCheck: RouteChecker = {
   },
 }
 
-/** Every checker the matrix runs per pod and phase; tunnel checkers are appended by issues 5 and 6. */
-export const ROUTE_CHECKS: readonly RouteChecker[] = [grpcRegistrationCheck, llmHttpCheck]
+/** A teardown that closes a dialled tunnel right after its check, not at the end of the row. */
+class CheckScope implements Teardown {
+  readonly #fns: Array<() => unknown> = []
+  teardown (fn: () => unknown): void { this.#fns.push(fn) }
+  async close (): Promise<void> { for (const fn of this.#fns.reverse()) await fn() }
+}
+
+function tunnelPort (router: KubeRouter): number {
+  const udp = router.router.tunnel.udp
+  if (udp === null) throw new Error('the router has no raw QUIC tunnel listener')
+  return udp.port
+}
+
+/** The reverse tunnel by SNI over raw QUIC (SPEC §7): dial the router with the pod's host. */
+export function rawQuicTunnelCheck (): RouteChecker {
+  let tls: QuicTls | null = null
+  return {
+    name: 'raw quic tunnel',
+    async prepare (t) {
+      tls = await createQuicTls(t)
+      const material = tls
+      return {
+        // Only the pods' trust: a router identity would also turn the front door to TLS, which
+        // the other checkers dial in cleartext. The Pylon side skips verifying the router's
+        // generated identity; tunnel TLS verification has its own tests (raw-quic-*).
+        routerArgs: ['--upstream-tls-cert-path', material.caPath],
+        quicServer: async ({ ip, port }) => StubStargateQuic.start(t, { ip, port, certPem: material.stargate.chainPem, keyPem: material.stargate.keyPem }),
+      }
+    },
+    async reaches ({ router, stargate, pod }) {
+      if (tls === null) throw new Error('prepare was not called')
+      const host = stargate.advertiseAddr.slice(0, stargate.advertiseAddr.lastIndexOf(':'))
+      const stub = pod.process.quic as StubStargateQuic
+      const before = stub.tunnels.length
+      const scope = new CheckScope()
+      try {
+        const pylon = await PylonTunnel.dial(scope, { port: tunnelPort(router), serverName: host, caPem: null })
+        await pylon.ready()
+        const accepted = await stub.tunnel(before + 1)
+        if (accepted.serverName !== host) return `the pod's tunnel stub saw SNI ${String(accepted.serverName)}, want ${host}`
+        const tag = nextTag('quic')
+        const answer = (await stub.request(accepted, tag)).toString()
+        if (answer !== `pylon:${tag}`) return `a request from the pod through the tunnel came back as ${JSON.stringify(answer)}`
+        return null
+      } catch (err) {
+        return `tunnel to ${host}: ${(err as Error).message}`
+      } finally {
+        await scope.close()
+      }
+    },
+    async refuses ({ router, host, pod }) {
+      if (tls === null) throw new Error('prepare was not called')
+      const stub = pod === null ? null : pod.process.quic as StubStargateQuic
+      const before = stub?.tunnels.length ?? 0
+      const scope = new CheckScope()
+      try {
+        const pylon = await PylonTunnel.dial(scope, { port: tunnelPort(router), serverName: host, caPem: null })
+        const closed = await pylon.closedWith()
+        if (closed.reason !== 'target stargate not ready') return `a tunnel to ${host} closed with ${JSON.stringify(closed.reason)}, want "target stargate not ready"`
+        if (stub !== null && stub.tunnels.length !== before) return `a tunnel to ${host} reached the pod although it is not advertised`
+        return null
+      } finally {
+        await scope.close()
+      }
+    },
+  }
+}
+
+/** The router's (generated, self-signed) tunnel certificate, to trust it as its own CA. */
+async function tunnelCertificate (port: number, servername: string): Promise<string> {
+  const socket = tlsConnect({ port, host: '127.0.0.1', servername, rejectUnauthorized: false, ALPNProtocols: ['h2'] })
+  await once(socket, 'secureConnect')
+  const pem = socket.getPeerX509Certificate()?.toString() ?? ''
+  socket.destroy()
+  return pem
+}
+
+/** The reverse tunnel by SNI over WebTransport (HTTP/2), SPEC §7; needs --tunnel-protocol webtransport. */
+export function webTransportTunnelCheck (): RouteChecker {
+  let routerCa: string | null = null
+  const target = async (router: KubeRouter, host: string): Promise<PylonTarget> => {
+    const tcp = router.router.tunnel.tcp
+    if (tcp === null) throw new Error('the router has no WebTransport listener')
+    routerCa ??= await tunnelCertificate(tcp.port, host)
+    return { host: '127.0.0.1', port: tcp.port, servername: host, ca: routerCa }
+  }
+  return {
+    name: 'webtransport tunnel',
+    async prepare (t) {
+      const tls = await createQuicTls(t)
+      return {
+        routerArgs: ['--tunnel-protocol', 'webtransport', '--upstream-tls-cert-path', tls.caPath],
+        quicServer: async ({ podName, ip, port }) => {
+          const stub = await StubWtStargate.start({ podName, ip, port, certPem: tls.stargate.chainPem, keyPem: tls.stargate.keyPem })
+          return { port: stub.port, stub, close: () => stub.close() }
+        },
+      }
+    },
+    async reaches ({ router, stargate, pod }) {
+      const host = stargate.advertiseAddr.slice(0, stargate.advertiseAddr.lastIndexOf(':'))
+      const stub = (pod.process.quic as unknown as { stub: StubWtStargate }).stub
+      const tag = nextTag('wt')
+      const scope = new CheckScope()
+      try {
+        const wt = await openPylonSession(scope, await target(router, host), { headers: { 'x-inference-server-id': tag } })
+        if (wt.status !== 200 || wt.wt === null) return `a WebTransport session to ${host} answered ${wt.status} ${wt.body.slice(0, 200)}`
+        const seen = stub.requests.find((r) => r.headers['x-inference-server-id'] === tag)
+        if (seen === undefined) return `the pod's current container at ${pod.ip} never saw session ${tag} (routed to a stale address?)`
+        if (seen.servername !== host) return `the pod saw SNI ${String(seen.servername)}, want ${host}`
+        return null
+      } catch (err) {
+        return `session to ${host}: ${(err as Error).message}`
+      } finally {
+        await scope.close()
+      }
+    },
+    async refuses ({ router, host, pod }) {
+      const tag = nextTag('wt-refused')
+      const scope = new CheckScope()
+      try {
+        const wt = await openPylonSession(scope, await target(router, host), { headers: { 'x-inference-server-id': tag } })
+        if (wt.status !== 503) return `a WebTransport session to ${host} answered ${wt.status}, want 503 target stargate not ready`
+        const stub = pod === null ? null : (pod.process.quic as unknown as { stub: StubWtStargate }).stub
+        if (stub?.requests.some((r) => r.headers['x-inference-server-id'] === tag) === true) return `a session to ${host} reached the pod although it is not advertised`
+        return null
+      } finally {
+        await scope.close()
+      }
+    },
+  }
+}
+
+/** Every checker the matrix runs per pod and phase (the WebTransport one needs its own router). */
+export const ROUTE_CHECKS: readonly RouteChecker[] = [grpcRegistrationCheck, llmHttpCheck, rawQuicTunnelCheck()]

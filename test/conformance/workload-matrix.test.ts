@@ -16,7 +16,7 @@ import { Pylon } from '../fixtures/pylon.ts'
 import { SimulatedCluster, type Operation, type WorkloadKind } from '../fixtures/cluster/cluster.ts'
 import { MatrixRun, PYLON_ID, percentile, type Convergence } from './matrix.ts'
 import { ReconcilingPylon } from './reconciling-pylon.ts'
-import { ROUTE_CHECKS, prepareRouteChecks, type RouteChecker } from './route-checks.ts'
+import { ROUTE_CHECKS, grpcRegistrationCheck, llmHttpCheck, prepareRouteChecks, webTransportTunnelCheck, type RouteChecker } from './route-checks.ts'
 
 // Measured: about 3–5 s per row, 10–19 s for the file, on a 2-core machine at load 10; this
 // bound only stops a broken router from hanging the run (each step waits up to 15 s).
@@ -31,13 +31,18 @@ const MAX_ENDPOINTS_PER_SLICE = 2
 /** One row of the matrix: a workload kind, its pods' subnet, the route checkers it runs. */
 interface Row {
   readonly kind: WorkloadKind
+  /** Which reverse tunnel the row's router serves. */
+  readonly tunnel: 'raw QUIC' | 'WebTransport'
   readonly subnet: string
   readonly checks: readonly RouteChecker[]
 }
 
 const ROWS: readonly Row[] = [
-  { kind: 'Deployment', subnet: '127.0.211', checks: ROUTE_CHECKS },
-  { kind: 'StatefulSet', subnet: '127.0.212', checks: ROUTE_CHECKS },
+  { kind: 'Deployment', tunnel: 'raw QUIC', subnet: '127.0.211', checks: ROUTE_CHECKS },
+  { kind: 'StatefulSet', tunnel: 'raw QUIC', subnet: '127.0.212', checks: ROUTE_CHECKS },
+  // WebTransport needs --tunnel-protocol webtransport, hence a router (and rows) of its own.
+  { kind: 'Deployment', tunnel: 'WebTransport', subnet: '127.0.219', checks: [grpcRegistrationCheck, llmHttpCheck, webTransportTunnelCheck()] },
+  { kind: 'StatefulSet', tunnel: 'WebTransport', subnet: '127.0.220', checks: [grpcRegistrationCheck, llmHttpCheck, webTransportTunnelCheck()] },
 ]
 
 interface Step {
@@ -69,8 +74,8 @@ const STEPS: readonly Step[] = [
 
 const measured: Convergence[] = []
 
-for (const { kind, subnet, checks: rowChecks } of ROWS) {
-  t.test(`${kind}: one routable identity per ready pod through every step`, async (t) => {
+for (const { kind, tunnel, subnet, checks: rowChecks } of ROWS) {
+  t.test(`${kind} (${tunnel} tunnels): one routable identity per ready pod through every step`, async (t) => {
     const checks = await prepareRouteChecks(t, rowChecks)
     const cluster = await SimulatedCluster.start(t, { kind, subnet, maxEndpointsPerSlice: MAX_ENDPOINTS_PER_SLICE, runtime: checks.runtime })
     const kube = await startKubeRouter(t, {
