@@ -28,10 +28,15 @@ import { createCa, createLeaf } from '../test/fixtures/certs.ts'
 import { ProjectedVolume } from '../test/fixtures/projected-volume.ts'
 import { StubStargateQuic } from '../test/fixtures/quic-stargate.ts'
 import { PylonTunnel } from '../test/fixtures/quic-pylon.ts'
+import { StubWtStargate } from '../test/fixtures/webtransport-stargate.ts'
+import { openPylonSession } from '../test/fixtures/webtransport-pylon.ts'
+import { next as nextStream, readAll, writeAll } from '../test/fixtures/webtransport-streams.ts'
 import { Pylon, type Registration } from '../test/fixtures/pylon.ts'
 import { waitFor } from '../test/fixtures/wait.ts'
 
 const out = (line = ''): void => { process.stdout.write(line + '\n') }
+/** `npm run demo -- --webtransport` runs the reverse tunnels as WebTransport (over HTTP/2). */
+const WEBTRANSPORT = process.argv.includes('--webtransport')
 const HOST_SUFFIX = '.stargate.external'
 
 /** Collects cleanup callbacks like a test's teardown, run in reverse order at the end. */
@@ -68,7 +73,13 @@ async function main (): Promise<void> {
     subnet: '127.0.250',
     maxEndpointsPerSlice: 2,
     runtime: {
-      quicServer: async ({ ip, port }) => StubStargateQuic.start(t, { ip, port, certPem: podCert.chainPem, keyPem: podCert.keyPem }),
+      quicServer: WEBTRANSPORT
+        ? async ({ podName, ip, port }) => {
+          const stub = await StubWtStargate.start({ podName, ip, port, certPem: podCert.chainPem, keyPem: podCert.keyPem })
+          t.teardown(() => stub.close())
+          return { port: stub.port, close: () => stub.close() }
+        }
+        : async ({ ip, port }) => StubStargateQuic.start(t, { ip, port, certPem: podCert.chainPem, keyPem: podCert.keyPem }),
     },
   })
   await cluster.settle(cluster.install(3))
@@ -79,14 +90,15 @@ async function main (): Promise<void> {
     '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
     '--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'),
     '--upstream-tls-cert-path', secret.path('ca.crt'),
+    ...(WEBTRANSPORT ? ['--tunnel-protocol', 'webtransport'] : []),
     '--tls-debounce-ms', '50', '--drain-grace-ms', '500', '--shutdown-drain-ms', '1000', '--watch-heartbeat-ms', '0',
   ], {})
   if (parsed.kind !== 'config') throw new Error('unexpected --help')
   const router: RunningRouter = await startRouter(parsed.config, { logger: createLogger({ level: 'error', format: 'json' }), kubeConfig: cluster.fake.kubeConfig(), discoveryBackoff: { baseMs: 100, maxMs: 1000 } })
   t.teardown(() => router.shutdown())
   const frontDoor = router.frontDoor.port
-  const tunnelPort = router.tunnel.udp?.port ?? 0
-  out(`   router: front door https 127.0.0.1:${frontDoor}, QUIC tunnels udp 127.0.0.1:${tunnelPort}, health http://127.0.0.1:${router.health.port}/readyz`)
+  const tunnelPort = (WEBTRANSPORT ? router.tunnel.tcp?.port : router.tunnel.udp?.port) ?? 0
+  out(`   router: front door https 127.0.0.1:${frontDoor}, ${WEBTRANSPORT ? 'WebTransport tunnels https' : 'QUIC tunnels udp'} 127.0.0.1:${tunnelPort}, health http://127.0.0.1:${router.health.port}/readyz`)
 
   // The Pylon: TLS to the router, verifying it against the demo CA.
   const credentials = grpc.credentials.createSsl(Buffer.from(ca.certPem))
@@ -116,19 +128,35 @@ async function main (): Promise<void> {
   }
 
   out()
-  out('3. each reverse tunnel: the Pylon dials the router over QUIC with the ack\'s host as SNI; the Stargate sends a request back through it')
-  for (const registration of registrations) {
-    const host = (registration.acks[0]?.reverseTunnelTarget ?? '').split(':')[0] ?? ''
-    const tunnel = await PylonTunnel.dial(t, { port: tunnelPort, serverName: host, caPem: ca.certPem })
-    await tunnel.ready()
-    const pod = cluster.pod(registration.stargate.stargateId)
-    const stub = pod?.process.quic as StubStargateQuic | undefined
-    if (stub === undefined) continue
-    const accepted = await stub.tunnel()
-    const answer = await stub.request(accepted, 'GET /v1/models')
-    out(`   ${pod?.name ?? '?'}: tunnel SNI ${accepted.serverName ?? '(none)'}; Stargate -> router -> Pylon -> back: "${answer.toString()}"`)
+  if (WEBTRANSPORT) {
+    out('3. each reverse tunnel: the Pylon opens a WebTransport session at /_stargate/webtransport through the router, SNI = the ack\'s host')
+    for (const registration of registrations) {
+      const host = (registration.acks[0]?.reverseTunnelTarget ?? '').split(':')[0] ?? ''
+      const session = await openPylonSession(t, { host: '127.0.0.1', port: tunnelPort, servername: host, ca: ca.certPem }, { headers: { 'x-inference-server-id': 'demo-pylon' } })
+      if (session.wt === null) throw new Error(`WebTransport session to ${host} answered ${session.status}`)
+      const wt = session.wt.session
+      const hello = await nextStream(wt.incomingUnidirectionalStreams)
+      const pod = hello === null ? '?' : (await readAll(hello)).toString()
+      const stream = await wt.createBidirectionalStream()
+      await writeAll(stream.writable, Buffer.from('GET /v1/models'))
+      const echo = (await readAll(stream.readable)).toString()
+      out(`   ${registration.stargate.stargateId}: session ${session.status} via SNI ${host}; hello from pod ${pod}; stream echoed "${echo}"`)
+    }
+  } else {
+    out('3. each reverse tunnel: the Pylon dials the router over QUIC with the ack\'s host as SNI; the Stargate sends a request back through it')
+    for (const registration of registrations) {
+      const host = (registration.acks[0]?.reverseTunnelTarget ?? '').split(':')[0] ?? ''
+      const tunnel = await PylonTunnel.dial(t, { port: tunnelPort, serverName: host, caPem: ca.certPem })
+      await tunnel.ready()
+      const pod = cluster.pod(registration.stargate.stargateId)
+      const stub = pod?.process.quic as StubStargateQuic | undefined
+      if (stub === undefined) continue
+      const accepted = await stub.tunnel()
+      const answer = await stub.request(accepted, 'GET /v1/models')
+      out(`   ${pod?.name ?? '?'}: tunnel SNI ${accepted.serverName ?? '(none)'}; Stargate -> router -> Pylon -> back: "${answer.toString()}"`)
+    }
   }
-  rows.push({ step: 'tunnels', advertised: advertised(), convergeMs: '-', note: `${registrations.length} reverse tunnels relayed` })
+  rows.push({ step: 'tunnels', advertised: advertised(), convergeMs: '-', note: `${registrations.length} ${WEBTRANSPORT ? 'WebTransport' : 'raw QUIC'} reverse tunnels relayed` })
 
   out()
   out('4. an LLM client streams a completion through the router (Host names the pod; SSE tokens flushed as they arrive)')
