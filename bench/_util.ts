@@ -19,9 +19,25 @@
  */
 import { hrtime } from 'node:process'
 
-export type Unit = 'ns' | 'µs' | 'ms'
+/**
+ * Durations ('ns', 'µs', 'ms': lower is better; Stats in nanoseconds), a rate ('/s', e.g.
+ * requests per second: higher is better; Stats in the rate itself) or memory ('KiB': lower is
+ * better; Stats in KiB).
+ */
+export type Unit = 'ns' | 'µs' | 'ms' | '/s' | 'KiB'
 
-const NS_PER: Record<Unit, number> = { ns: 1, µs: 1e3, ms: 1e6 }
+const NS_PER: Record<Unit, number> = { ns: 1, µs: 1e3, ms: 1e6, '/s': 1, KiB: 1 }
+
+type UnitKind = 'duration' | 'rate' | 'memory'
+
+function kindOf (unit: Unit): UnitKind {
+  return unit === '/s' ? 'rate' : unit === 'KiB' ? 'memory' : 'duration'
+}
+
+/** Whether larger figures are better (rates) rather than smaller (durations, memory). */
+export function higherIsBetter (unit: Unit): boolean {
+  return unit === '/s'
+}
 
 export interface MeasureOptions {
   /** Samples per round (default 30). */
@@ -125,6 +141,20 @@ export function summarize (values: readonly number[], rounds: number, spread: nu
     spread,
     converged,
   }
+}
+
+/**
+ * Stats of samples gathered in rounds by a benchmark's own loop (a load run, a stream of
+ * tokens), with the convergence figure measureEach() uses: (max - min) of the last three
+ * round medians over the overall median, converged when within maxSpread.
+ */
+export function summarizeRounds (rounds: ReadonlyArray<readonly number[]>, maxSpread = 0.05): Stats {
+  const nonEmpty = rounds.filter((r) => r.length > 0)
+  const medians = nonEmpty.map((r) => median(r))
+  const all = nonEmpty.flat()
+  const last = medians.slice(-3)
+  const spread = last.length < 3 ? Infinity : (Math.max(...last) - Math.min(...last)) / Math.abs(median(all))
+  return summarize(all, nonEmpty.length, spread, spread <= maxSpread)
 }
 
 /** Collects garbage between cases when the runner gave --expose-gc, so one case's garbage is not the next one's pause. */
@@ -263,11 +293,15 @@ export interface CaseResult {
    * this median: above 1 means this case is that many times faster.
    */
   readonly comparisons?: ReadonlyArray<{ readonly baseline: string, readonly ratio: number }>
-  /** Upper bound for the median, in unit. */
+  /** Bound for the median (or targetStat), in unit: an upper bound, a lower one for rates. */
   readonly target?: number
+  /** Which figure the target bounds; default the median. */
+  readonly targetStat?: TargetStat
   readonly pass?: boolean
   readonly note?: string
 }
+
+export type TargetStat = 'median' | 'p99'
 
 export interface BenchResult {
   readonly bench: string
@@ -282,31 +316,53 @@ export interface AddCase {
   readonly unit: Unit
   /** Name (or names) of cases added earlier to compare against. */
   readonly baseline?: string | readonly string[]
+  /** An upper bound (durations) or a lower bound (rates) for the median, or for targetStat. */
   readonly target?: number
+  readonly targetStat?: TargetStat
   readonly note?: string
 }
 
-/** Formats a duration given in unit with three significant digits. */
+function threeDigits (value: number): string {
+  const digits = value >= 100 ? 0 : value >= 10 ? 1 : value >= 1 ? 2 : 3
+  return value.toFixed(digits)
+}
+
+/** Formats a figure given in unit with three significant digits ("41.9k/s" for rates). */
 export function formatValue (value: number, unit: Unit): string {
   if (!Number.isFinite(value)) return '-'
-  const digits = value >= 100 ? 0 : value >= 10 ? 1 : value >= 1 ? 2 : 3
-  return `${value.toFixed(digits)} ${unit}`
+  if (unit === '/s') {
+    if (value >= 1e6) return `${threeDigits(value / 1e6)}M/s`
+    if (value >= 1e3) return `${threeDigits(value / 1e3)}k/s`
+    return `${threeDigits(value)}/s`
+  }
+  if (unit === 'KiB' && value >= 1024 * 10) return `${threeDigits(value / 1024)} MiB`
+  return `${threeDigits(value)} ${unit}`
 }
 
 function formatFactor (r: number): string {
   return r >= 10 ? r.toFixed(0) : r.toFixed(2)
 }
 
-/** "12× faster than X", one per comparison, joined with "; ". */
+/** "12× faster than X", "1.31× the rate of X", "2.0× less than X", one per comparison, joined with "; ". */
 export function formatRatio (c: CaseResult): string {
-  return (c.comparisons ?? []).map(({ baseline, ratio }) =>
-    ratio >= 1 ? `${formatFactor(ratio)}× faster than ${baseline}` : `${formatFactor(1 / ratio)}× slower than ${baseline}`
-  ).join('; ')
+  const kind = kindOf(c.unit)
+  return (c.comparisons ?? []).map(({ baseline, ratio }) => {
+    if (kind === 'rate') return `${formatFactor(ratio)}× the rate of ${baseline}`
+    const [better, worse] = kind === 'memory' ? ['less', 'more'] : ['faster', 'slower']
+    return ratio >= 1 ? `${formatFactor(ratio)}× ${better} than ${baseline}` : `${formatFactor(1 / ratio)}× ${worse} than ${baseline}`
+  }).join('; ')
+}
+
+/** "≤ 1.00 ms", "p99 ≤ 250 ms", "≥ 50.0k/s"; empty without a target. */
+export function formatTargetBound (c: CaseResult): string {
+  if (c.target === undefined) return ''
+  const stat = c.targetStat === undefined || c.targetStat === 'median' ? '' : `${c.targetStat} `
+  return `${stat}${higherIsBetter(c.unit) ? '≥' : '≤'} ${formatValue(c.target, c.unit)}`
 }
 
 export function formatTarget (c: CaseResult): string {
   if (c.target === undefined) return ''
-  return `≤ ${formatValue(c.target, c.unit)}: ${c.pass === true ? 'pass' : 'MISS'}`
+  return `${formatTargetBound(c)}: ${c.pass === true ? 'pass' : 'MISS'}`
 }
 
 export function formatSpread (c: CaseResult): string {
@@ -334,12 +390,16 @@ export class Report {
     const scale = NS_PER[c.unit]
     const s = c.stats
     const baselines = c.baseline === undefined ? [] : typeof c.baseline === 'string' ? [c.baseline] : c.baseline
+    const rate = higherIsBetter(c.unit)
     const comparisons = baselines.map((name) => {
       const base = this.#cases.find((x) => x.name === name)
       if (base === undefined) throw new Error(`baseline '${name}' must be added before '${c.name}'`)
-      return { baseline: name, ratio: (base.median * NS_PER[base.unit]) / s.median }
+      if (kindOf(base.unit) !== kindOf(c.unit)) throw new Error(`'${c.name}' (${c.unit}) cannot be compared with '${name}' (${base.unit})`)
+      // ratio > 1: this case is better (faster: a shorter duration or a higher rate).
+      return { baseline: name, ratio: rate ? s.median / base.median : (base.median * NS_PER[base.unit]) / s.median }
     })
     const median = s.median / scale
+    const bounded = c.targetStat === 'p99' ? s.p99 / scale : median
     const result: CaseResult = {
       name: c.name,
       unit: c.unit,
@@ -353,7 +413,8 @@ export class Report {
       samples: s.samples,
       converged: s.converged,
       ...(comparisons.length === 0 ? {} : { comparisons }),
-      ...(c.target === undefined ? {} : { target: c.target, pass: median <= c.target }),
+      ...(c.target === undefined ? {} : { target: c.target, pass: rate ? bounded >= c.target : bounded <= c.target }),
+      ...(c.targetStat === undefined ? {} : { targetStat: c.targetStat }),
       ...(c.note === undefined ? {} : { note: c.note }),
     }
     this.#cases.push(result)

@@ -6,10 +6,13 @@
  * is collected for the summary table.
  *
  * `--write-doc` rewrites the generated results block of docs/benchmarks.md (between the
- * BEGIN/END GENERATED RESULTS markers; the prose around it is kept) with this run's figures,
- * the date, Node version, CPU and the command. It records the whole suite, so it refuses a
- * filter. A missed target is reported in the table, not turned into a failure; a benchmark
- * that crashes or prints no result makes the exit code 1.
+ * BEGIN/END GENERATED RESULTS markers; the prose around it is kept). The block has one
+ * section per benchmark (`### <bench>`), each saying when, with which command, Node and CPU,
+ * and at which load it was recorded. A run replaces the sections of the benchmarks it ran
+ * and keeps the others, so `npm run bench -- --write-doc routing` updates routing/resolve
+ * only; a whole-suite run replaces them all (and drops sections of benchmarks that no longer
+ * exist). A missed target is reported in the table, not turned into a failure; a benchmark
+ * that crashes or prints no result makes the exit code 1, and nothing is written.
  */
 import { spawn } from 'node:child_process'
 import { globSync, readFileSync, writeFileSync, existsSync } from 'node:fs'
@@ -17,7 +20,7 @@ import { cpus, loadavg, totalmem } from 'node:os'
 import { fileURLToPath } from 'node:url'
 import { relative } from 'node:path'
 import { createInterface } from 'node:readline'
-import { formatRatio, formatValue, type BenchResult, type CaseResult } from './_util.ts'
+import { formatRatio, formatTargetBound, formatValue, type BenchResult, type CaseResult } from './_util.ts'
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url))
 const DOC = `${ROOT}docs/benchmarks.md`
@@ -27,7 +30,7 @@ const END = '<!-- END GENERATED RESULTS -->'
 function usage (): string {
   return 'usage: npm run bench [-- [--write-doc] [filter ...]]\n' +
     '  filter      run only benchmarks whose path under bench/ contains it (e.g. routing)\n' +
-    '  --write-doc regenerate the results block of docs/benchmarks.md (whole suite only)\n' +
+    '  --write-doc rewrite the results of the benchmarks run in docs/benchmarks.md (others are kept)\n' +
     'environment: BENCH_MAX_ROUNDS, BENCH_MAX_SPREAD, BENCH_MAX_TIME_MS, BENCH_QUICK=1'
 }
 
@@ -43,10 +46,6 @@ if (unknown.length > 0) {
   process.exit(2)
 }
 const filters = args.filter((a) => !a.startsWith('-'))
-if (writeDoc && filters.length > 0) {
-  console.error('--write-doc records the whole suite in one run; run it without a filter')
-  process.exit(2)
-}
 if (writeDoc && process.env.BENCH_QUICK === '1') {
   console.error('--write-doc records figures; unset BENCH_QUICK')
   process.exit(2)
@@ -103,7 +102,7 @@ function cells (c: CaseResult): string[] {
   const spread = `${p(c.p10)} – ${p(c.p90)}`
   const mad = c.median > 0 ? `${(100 * c.mad / c.median).toFixed(1)}%` : '-'
   const rounds = `${c.rounds}${c.converged ? '' : ' (not converged)'}`
-  const target = c.target === undefined ? '' : `≤ ${formatValue(c.target, c.unit)} ${c.pass === true ? 'pass' : 'MISS'}`
+  const target = c.target === undefined ? '' : `${formatTargetBound(c)} ${c.pass === true ? 'pass' : 'MISS'}`
   return [c.name, p(c.median), spread, p(c.p99), mad, rounds, formatRatio(c), target]
 }
 
@@ -124,41 +123,70 @@ function markdownEscape (s: string): string {
   return s.replaceAll('|', '\\|')
 }
 
-function markdown (results: readonly BenchResult[], command: string, started: Date, load: readonly number[]): string {
+/** The line under a section heading that says how and where its figures were recorded. */
+function recordedLine (command: string, started: Date, load: readonly number[]): string {
   const cpu = cpus()
-  const out = [
-    `Recorded ${started.toISOString().replace(/\.\d+Z$/, 'Z')} with \`${command}\`.`,
-    '',
-    `- Node ${process.version} on ${process.platform}/${process.arch}`,
-    `- CPU: ${cpu[0]?.model ?? 'unknown'} × ${cpu.length}${(cpu[0]?.speed ?? 0) > 0 ? ` at ${cpu[0]?.speed} MHz` : ''}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB RAM`,
-    `- Load average (1/5/15 min) when the run started: ${load.map((l) => l.toFixed(2)).join(' / ')}`,
-    '',
-  ]
-  for (const r of results) {
-    out.push(`### ${r.bench}`, '')
-    const info = Object.entries(r.info).filter(([k]) => k !== 'sink')
-    if (info.length > 0) out.push(info.map(([k, v]) => `${k}: ${v}`).join(' · '), '')
-    out.push(`| ${HEADER.join(' | ')} |`, `|${HEADER.map((_, i) => i === 0 ? '---' : '---:').join('|')}|`)
-    for (const c of r.cases) out.push(`| ${cells(c).map(markdownEscape).join(' | ')} |`)
-    const notes = r.cases.filter((c) => c.note !== undefined)
-    if (notes.length > 0) {
-      out.push('')
-      for (const c of notes) out.push(`- *${markdownEscape(c.name)}*: ${c.note}`)
-    }
+  return `Recorded ${started.toISOString().replace(/\.\d+Z$/, 'Z')} with \`${command}\` · ` +
+    `Node ${process.version} on ${process.platform}/${process.arch} · ` +
+    `${cpu[0]?.model ?? 'unknown'} × ${cpu.length}${(cpu[0]?.speed ?? 0) > 0 ? ` at ${cpu[0]?.speed} MHz` : ''}, ${(totalmem() / 2 ** 30).toFixed(1)} GiB RAM · ` +
+    `load average (1/5/15 min) when the run started: ${load.map((l) => l.toFixed(2)).join(' / ')}`
+}
+
+/** One `### <bench>` section of the results block. */
+function section (r: BenchResult, recorded: string): string {
+  const out = [`### ${r.bench}`, '', recorded, '']
+  const info = Object.entries(r.info).filter(([k]) => k !== 'sink')
+  if (info.length > 0) out.push(info.map(([k, v]) => `${k}: ${v}`).join(' · '), '')
+  out.push(`| ${HEADER.join(' | ')} |`, `|${HEADER.map((_, i) => i === 0 ? '---' : '---:').join('|')}|`)
+  for (const c of r.cases) out.push(`| ${cells(c).map(markdownEscape).join(' | ')} |`)
+  const notes = r.cases.filter((c) => c.note !== undefined)
+  if (notes.length > 0) {
     out.push('')
+    for (const c of notes) out.push(`- *${markdownEscape(c.name)}*: ${c.note}`)
   }
   return out.join('\n').trimEnd()
 }
 
-function writeResults (body: string): void {
+const BLOCK_INTRO = 'Each section says when and how it was recorded: a filtered run ' +
+  '(`npm run bench -- --write-doc routing`) replaces only the sections of the benchmarks it ran.'
+
+/**
+ * The sections of an existing results block by bench name. A block written before sections
+ * carried their own "Recorded" line (one header for the whole suite) is migrated: each of its
+ * sections gets that header's facts as its line.
+ */
+function parseSections (block: string): Map<string, string> {
+  const sections = new Map<string, string>()
+  const parts = block.split(/^(?=### )/m)
+  const preamble = parts[0]?.startsWith('### ') === true ? '' : parts.shift() ?? ''
+  let legacy = ''
+  const recorded = /^Recorded (\S+) with (`[^`]*`)\.$/m.exec(preamble)
+  if (recorded !== null) {
+    const bullet = (prefix: string): string => preamble.split('\n').find((l) => l.startsWith(prefix))?.slice(prefix.length).trim() ?? ''
+    legacy = `Recorded ${recorded[1] ?? ''} with ${recorded[2] ?? ''} · ${bullet('- Node ').replace(/^/, 'Node ')} · ${bullet('- CPU: ')} · ` +
+      `load average (1/5/15 min) when the run started: ${bullet('- Load average (1/5/15 min) when the run started: ')}`
+  }
+  for (const part of parts) {
+    const heading = part.slice(4, part.indexOf('\n') < 0 ? undefined : part.indexOf('\n')).trim()
+    let body = part.trimEnd()
+    if (!/^Recorded /m.test(body) && legacy !== '') body = body.replace(/^(### [^\n]*\n)\n?/, `$1\n${legacy}\n\n`)
+    sections.set(heading, body)
+  }
+  return sections
+}
+
+function writeResults (results: readonly BenchResult[], recorded: string, wholeSuite: boolean): void {
   const current = existsSync(DOC) ? readFileSync(DOC, 'utf8') : '# Benchmarks\n'
   const from = current.indexOf(BEGIN)
   const to = current.indexOf(END)
+  const existing = from >= 0 && to > from && !wholeSuite ? parseSections(current.slice(from + BEGIN.length, to)) : new Map<string, string>()
+  for (const r of results) existing.set(r.bench, section(r, recorded))
+  const body = [BLOCK_INTRO, ...[...existing.keys()].sort().map((name) => existing.get(name) as string)].join('\n\n')
   const next = from >= 0 && to > from
     ? current.slice(0, from + BEGIN.length) + '\n' + body + '\n' + current.slice(to)
     : current.trimEnd() + '\n\n## Results\n\n' + BEGIN + '\n' + body + '\n' + END + '\n'
   writeFileSync(DOC, next)
-  console.log(`\nwrote ${relative(ROOT, DOC)}`)
+  console.log(`\nwrote ${relative(ROOT, DOC)}: ${results.map((r) => r.bench).join(', ')}`)
 }
 
 const started = new Date()
@@ -184,7 +212,8 @@ if (writeDoc) {
   } else {
     // The command as run, with any BENCH_* limits, so the figures can be reproduced.
     const env = Object.entries(process.env).filter(([k]) => k.startsWith('BENCH_')).map(([k, v]) => `${k}=${v ?? ''} `).sort().join('')
-    writeResults(markdown(results, `${env}npm run bench -- --write-doc`, started, load))
+    const command = `${env}npm run bench -- --write-doc${filters.map((f) => ` ${f}`).join('')}`
+    writeResults(results, recordedLine(command, started, load), filters.length === 0)
   }
 }
 process.exitCode = failed.length > 0 ? 1 : 0
