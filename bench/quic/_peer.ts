@@ -15,7 +15,7 @@
  * Every peer uses the project's driver (lib/quic) with 1350-byte packets. QUIC_SOCKET_BUFFER
  * (bytes) overrides the dialing peers' socket buffer size (lib/quic/client.ts default).
  */
-import { appendFileSync, readFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { QuicDriver } from '../../lib/quic/driver.ts'
 import { QuicServer } from '../../lib/quic/server.ts'
 import { connectQuic } from '../../lib/quic/client.ts'
@@ -85,7 +85,6 @@ if (mode === 'server') {
     maxConnections: 20_000,
     configFor: (hello) => buildServerConfig({ idleTimeoutMs: IDLE_MS, certPem, keyPem, alpn: hello !== null && hello.alpn.length > 0 ? hello.alpn : ['stargate-bench'] }),
     onConnection: (conn) => {
-      if (process.env.QUIC_TRACE === '1') conn.once('close', () => { const st = conn.stats(); appendFileSync('/tmp/qb/trace.log', `SERVERCONN sent ${st.sent} recv ${st.recv} lost ${st.lost} path ${JSON.stringify(conn.pathStats())}\n`) })
       conn.on('stream', (stream) => {
         stream.on('error', () => {})
         collect(stream).then((request) => {
