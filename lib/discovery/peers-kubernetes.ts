@@ -6,9 +6,8 @@
  * the PeerSet. A list is applied as one batch, so a relist never shows a half-listed set.
  */
 import type { KubeConfig } from '@kubernetes/client-node'
-import { EndpointSliceWatch, type EndpointSliceConsumer } from './endpoint-slice-watch.ts'
-import { SliceIndex } from './slice-index.ts'
-import { sliceKey } from './slice-targets.ts'
+import { EndpointSliceWatch } from './endpoint-slice-watch.ts'
+import { IndexedSliceEvents } from './slice-events.ts'
 import { parsePeerSlice, type Peer, type PeerPortOptions, type PeerSet, type PeerSkipReason } from './peers.ts'
 import type { DiscoveryStatus } from './types.ts'
 import type { PeerMetrics } from './peer-metrics.ts'
@@ -24,60 +23,30 @@ export interface SlicePeersOptions {
 }
 
 /** Slice events -> peer set changes. No I/O. */
-export class SlicePeers implements EndpointSliceConsumer {
-  readonly #index = new SliceIndex<Peer>()
-  readonly #options: SlicePeersOptions
-
+export class SlicePeers extends IndexedSliceEvents<Peer> {
   constructor (options: SlicePeersOptions) {
-    this.#options = options
-  }
-
-  onList (items: readonly unknown[]): void {
-    const seen = new Set<string>()
-    const affected: string[] = []
-    for (const slice of items) {
-      const id = sliceKey(slice)
-      if (id !== null) seen.add(id.key)
-      for (const identity of this.#upsert(slice)) affected.push(identity)
-    }
-    for (const key of [...this.#index.keys()]) {
-      if (!seen.has(key)) for (const identity of this.#index.delete(key)) affected.push(identity)
-    }
-    this.#apply(affected.sort())
-  }
-
-  onUpsert (slice: unknown): void {
-    this.#apply(this.#upsert(slice))
-  }
-
-  onDelete (slice: unknown): void {
-    const id = sliceKey(slice)
-    if (id !== null) this.#apply(this.#index.delete(id.key))
-  }
-
-  #upsert (slice: unknown): string[] {
-    const id = sliceKey(slice)
-    if (id === null) {
-      this.#options.onSkipped?.('(unnamed)', ['malformed_slice'])
-      return []
-    }
-    if (this.#index.has(id.key, id.version)) return []
-    const parsed = parsePeerSlice(slice, this.#options.port)
-    if (parsed.skipped.length > 0) this.#options.onSkipped?.(id.key, parsed.skipped)
-    if (parsed.usedFallbackPort) this.#options.onFallbackPort?.(id.key)
-    return this.#index.upsert(id.key, id.version, parsed)
-  }
-
-  #apply (ids: readonly string[]): void {
-    if (ids.length === 0) return
-    const seen = new Set<string>()
-    const winners: Array<readonly [string, Peer | null]> = []
-    for (const id of ids) {
-      if (seen.has(id)) continue
-      seen.add(id)
-      winners.push([id, this.#index.winner(id)])
-    }
-    this.#options.peers.apply(winners)
+    const { peers, port, onSkipped, onFallbackPort } = options
+    super({
+      parse: (slice, key) => {
+        const parsed = parsePeerSlice(slice, port)
+        if (parsed.skipped.length > 0) onSkipped?.(key, parsed.skipped)
+        if (parsed.usedFallbackPort) onFallbackPort?.(key)
+        return parsed
+      },
+      onUnnamed: () => { onSkipped?.('(unnamed)', ['malformed_slice']) },
+      onChanged: (ids, index, listed) => {
+        if (ids.length === 0) return
+        // One notification per peer, in id order for a list (the PeerSet applies them in order).
+        const seen = new Set<string>()
+        const winners: Array<readonly [string, Peer | null]> = []
+        for (const id of listed ? [...ids].sort() : ids) {
+          if (seen.has(id)) continue
+          seen.add(id)
+          winners.push([id, index.winner(id)])
+        }
+        peers.apply(winners)
+      },
+    })
   }
 }
 
