@@ -22,9 +22,7 @@ export interface KubernetesTargetSourceOptions {
   readonly backoff?: { readonly baseMs: number, readonly maxMs: number }
 }
 
-export class KubernetesTargetSource implements DiscoveryStatus {
-  readonly #watch: EndpointSliceWatch
-
+export class KubernetesTargetSource extends EndpointSliceWatch implements DiscoveryStatus {
   constructor (options: KubernetesTargetSourceOptions) {
     const { metrics, logger } = options
     const consumer = new SliceTargets({
@@ -39,7 +37,7 @@ export class KubernetesTargetSource implements DiscoveryStatus {
         logger.warn({ slice, skipped: counts }, 'endpointslice contributes fewer targets than it lists')
       },
     })
-    this.#watch = new EndpointSliceWatch({
+    super({
       kubeConfig: options.kubeConfig,
       namespace: options.namespace,
       serviceName: options.serviceName,
@@ -48,17 +46,5 @@ export class KubernetesTargetSource implements DiscoveryStatus {
       ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
       consumer,
     })
-  }
-
-  start (): void {
-    this.#watch.start()
-  }
-
-  stop (): Promise<void> {
-    return this.#watch.stop()
-  }
-
-  stalenessMs (): number {
-    return this.#watch.stalenessMs()
   }
 }

@@ -63,9 +63,7 @@ export interface KubernetesPeerSourceOptions {
   readonly backoff?: { readonly baseMs: number, readonly maxMs: number }
 }
 
-export class KubernetesPeerSource implements DiscoveryStatus {
-  readonly #watch: EndpointSliceWatch
-
+export class KubernetesPeerSource extends EndpointSliceWatch implements DiscoveryStatus {
   constructor (options: KubernetesPeerSourceOptions) {
     const { metrics, logger, port } = options
     const consumer = new SlicePeers({
@@ -78,7 +76,7 @@ export class KubernetesPeerSource implements DiscoveryStatus {
         logger.warn({ slice, portName: port.name, fallbackPort: port.fallback }, 'peer endpointslice has no health port by that name; using --peer-health-port')
       },
     })
-    this.#watch = new EndpointSliceWatch({
+    super({
       kubeConfig: options.kubeConfig,
       namespace: options.namespace,
       serviceName: options.serviceName,
@@ -87,17 +85,5 @@ export class KubernetesPeerSource implements DiscoveryStatus {
       ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
       consumer,
     })
-  }
-
-  start (): void {
-    this.#watch.start()
-  }
-
-  stop (): Promise<void> {
-    return this.#watch.stop()
-  }
-
-  stalenessMs (): number {
-    return this.#watch.stalenessMs()
   }
 }
