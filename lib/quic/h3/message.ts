@@ -65,8 +65,12 @@ export function checkFieldLine (name: string, value: string): string | null {
   return null
 }
 
-/** The request head of a field section, or why it is malformed. */
-export function validateRequest (section: readonly FieldLine[]): Validated<RequestHead> {
+type Split = { readonly ok: true, readonly pseudo: ReadonlyMap<string, string>, readonly fields: FieldLine[] } | { readonly ok: false, readonly detail: string }
+
+const RESPONSE_PSEUDO: ReadonlySet<string> = new Set([':status'])
+
+/** Checks every line and splits pseudo-headers (first, each once, of the allowed set) from regular fields. */
+function splitSection (section: readonly FieldLine[], allowed: ReadonlySet<string>, kind: string): Split {
   const pseudo = new Map<string, string>()
   const fields: FieldLine[] = []
   for (const line of section) {
@@ -75,13 +79,21 @@ export function validateRequest (section: readonly FieldLine[]): Validated<Reque
     if (bad !== null) return { ok: false, detail: bad }
     if (name.charCodeAt(0) === 0x3a) {
       if (fields.length > 0) return { ok: false, detail: `pseudo-header ${name} after regular fields` }
-      if (!REQUEST_PSEUDO.has(name)) return { ok: false, detail: `pseudo-header ${name} is not a request pseudo-header` }
+      if (!allowed.has(name)) return { ok: false, detail: `pseudo-header ${name} is not a ${kind} pseudo-header` }
       if (pseudo.has(name)) return { ok: false, detail: `pseudo-header ${name} repeated` }
       pseudo.set(name, value)
     } else {
       fields.push(line)
     }
   }
+  return { ok: true, pseudo, fields }
+}
+
+/** The request head of a field section, or why it is malformed. */
+export function validateRequest (section: readonly FieldLine[]): Validated<RequestHead> {
+  const split = splitSection(section, REQUEST_PSEUDO, 'request')
+  if (!split.ok) return split
+  const { pseudo, fields } = split
   const method = pseudo.get(':method')
   if (method === undefined || method === '') return { ok: false, detail: 'request without :method' }
   const scheme = pseudo.get(':scheme') ?? null
@@ -105,26 +117,14 @@ export function validateRequest (section: readonly FieldLine[]): Validated<Reque
 
 /** The response head of a field section, or why it is malformed. */
 export function validateResponse (section: readonly FieldLine[]): Validated<ResponseHead> {
-  let status: string | null = null
-  const fields: FieldLine[] = []
-  for (const line of section) {
-    const [name, value] = line
-    const bad = checkFieldLine(name, value)
-    if (bad !== null) return { ok: false, detail: bad }
-    if (name.charCodeAt(0) === 0x3a) {
-      if (fields.length > 0) return { ok: false, detail: `pseudo-header ${name} after regular fields` }
-      if (name !== ':status') return { ok: false, detail: `pseudo-header ${name} is not a response pseudo-header` }
-      if (status !== null) return { ok: false, detail: ':status repeated' }
-      status = value
-    } else {
-      fields.push(line)
-    }
-  }
-  if (status === null) return { ok: false, detail: 'response without :status' }
+  const split = splitSection(section, RESPONSE_PSEUDO, 'response')
+  if (!split.ok) return split
+  const status = split.pseudo.get(':status')
+  if (status === undefined) return { ok: false, detail: 'response without :status' }
   const code = statusCode(status)
   if (code < 0) return { ok: false, detail: `:status ${JSON.stringify(status)} is not a 3-digit code` }
   if (code === 101) return { ok: false, detail: '101 Switching Protocols does not exist in HTTP/3 (RFC 9114 §4.5)' }
-  return { ok: true, head: { status: code, fields } }
+  return { ok: true, head: { status: code, fields: split.fields } }
 }
 
 /** A 3-digit status 100..599 as a number, else -1. */
