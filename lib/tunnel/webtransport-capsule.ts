@@ -11,7 +11,13 @@
  * walks capsule headers only and skips over payloads (a WT_STREAM capsule from the
  * @fails-components/webtransport library carries up to 16 KiB), so its cost is per capsule,
  * not per byte.
+ *
+ * CapsuleReader is the HTTP/3 side's parser (the CONNECT stream's DATA payload is a capsule
+ * sequence, RFC 9297 §3.2, split across DATA frames at any byte): the HTTP/3 relay
+ * terminates each leg's session, so it reads the close code and reason and the drain signal
+ * and skips every other capsule (Chromium sends a GREASE capsule first) without buffering it.
  */
+import { decodeVarint, varintLengthOf, varintSize, writeVarint } from '../quic/varint.ts'
 
 /** CLOSE_WEBTRANSPORT_SESSION (draft-ietf-webtrans-http3 §5, used unchanged over HTTP/2). */
 export const CLOSE_WEBTRANSPORT_SESSION = 0x2843
@@ -55,39 +61,6 @@ export function pickWtSettings (custom: Readonly<Record<number, number>> | undef
   return found
 }
 
-/** Bytes of a QUIC variable-length integer (RFC 9000 §16) from its first byte. */
-function varintLength (first: number): number {
-  return 1 << (first >> 6)
-}
-
-/** A varint whose bytes are all in buf at offset (callers check the length first). */
-function readVarint (buf: Uint8Array, offset: number, length: number): number {
-  let value = (buf[offset] as number) & 0x3f
-  // Multiplication, not shifts: values above 2^31 must stay exact (up to 2^53).
-  for (let i = 1; i < length; i++) value = value * 256 + (buf[offset + i] as number)
-  return value
-}
-
-function writeVarint (out: Buffer, offset: number, value: number): number {
-  if (value < 0x40) {
-    out[offset] = value
-    return offset + 1
-  }
-  if (value < 0x4000) {
-    out.writeUInt16BE(0x4000 | value, offset)
-    return offset + 2
-  }
-  if (value < 0x40000000) {
-    out.writeUInt32BE((0x80000000 | value) >>> 0, offset)
-    return offset + 4
-  }
-  throw new RangeError(`varint value ${value} is out of the range the relay writes`)
-}
-
-function varintSize (value: number): number {
-  return value < 0x40 ? 1 : value < 0x4000 ? 2 : value < 0x40000000 ? 4 : 8
-}
-
 /**
  * A CLOSE_WEBTRANSPORT_SESSION capsule: a 32-bit application error code and a UTF-8 reason
  * (cut at MAX_CLOSE_REASON_BYTES without splitting a character).
@@ -106,6 +79,13 @@ export function encodeCloseCapsule (code: number, reason: string): Buffer {
   offset = writeVarint(out, offset, length)
   out.writeUInt32BE(code, offset)
   text.copy(out, offset + 4)
+  return out
+}
+
+/** A DRAIN_WEBTRANSPORT_SESSION capsule (no value). */
+export function encodeDrainCapsule (): Buffer {
+  const out = Buffer.allocUnsafe(varintSize(DRAIN_WEBTRANSPORT_SESSION) + 1)
+  out[writeVarint(out, 0, DRAIN_WEBTRANSPORT_SESSION)] = 0
   return out
 }
 
@@ -172,15 +152,121 @@ export class CapsuleCursor {
   /** Parses the collected header once both varints are complete; true when it was. */
   #headerComplete (): boolean {
     const header = this.#header
-    const typeLength = varintLength(header[0] as number)
+    const typeLength = varintLengthOf(header[0] as number)
     if (this.#headerLength < typeLength + 1) return false
-    const lengthLength = varintLength(header[typeLength] as number)
+    const lengthLength = varintLengthOf(header[typeLength] as number)
     if (this.#headerLength < typeLength + lengthLength) return false
-    const type = readVarint(header, 0, typeLength)
-    this.#remaining = readVarint(header, typeLength, lengthLength)
+    const type = decodeVarint(header, 0)
+    this.#remaining = decodeVarint(header, typeLength)
     this.#headerLength = 0
     this.#capsules++
     if (type === CLOSE_WEBTRANSPORT_SESSION) this.#closeSeen = true
     return true
+  }
+}
+
+export type CapsuleEvent =
+  | { readonly kind: 'close', readonly code: number, readonly reason: string }
+  | { readonly kind: 'drain' }
+
+export type CapsuleRead =
+  | { readonly ok: true }
+  | { readonly ok: false, readonly detail: string }
+
+const CAPSULE_OK: CapsuleRead = Object.freeze({ ok: true })
+const DRAIN_EVENT: CapsuleEvent = Object.freeze({ kind: 'drain' })
+/** A close capsule's value: a 32-bit code and at most MAX_CLOSE_REASON_BYTES of reason. */
+const MAX_CLOSE_VALUE = 4 + MAX_CLOSE_REASON_BYTES
+
+/**
+ * Reads the capsules of one direction of a session's CONNECT stream (HTTP/3: the DATA
+ * payload). Collects only a close capsule's value (at most 1028 bytes; longer or shorter
+ * than 4 is malformed, RFC 9297 §3.3: a malformed message); a drain is reported; every other
+ * capsule is skipped as it streams by. Nothing after a close is read (the peer must send
+ * nothing more, draft-ietf-webtrans-http3 §5).
+ */
+export class CapsuleReader {
+  readonly #header = new Uint8Array(MAX_HEADER)
+  #headerLength = 0
+  #type = 0
+  #remaining = 0
+  #value: Buffer | null = null
+  #filled = 0
+  #closed = false
+  #skipped = 0
+
+  /** Capsules skipped (unknown, GREASE, datagram capsules). */
+  get skipped (): number {
+    return this.#skipped
+  }
+
+  /** True between capsules: the stream may end here. */
+  get atBoundary (): boolean {
+    return this.#headerLength === 0 && this.#remaining === 0 && this.#value === null
+  }
+
+  get closed (): boolean {
+    return this.#closed
+  }
+
+  push (chunk: Uint8Array, out: CapsuleEvent[]): CapsuleRead {
+    let i = 0
+    while (i < chunk.length && !this.#closed) {
+      if (this.#value !== null) {
+        const take = Math.min(this.#value.length - this.#filled, chunk.length - i)
+        this.#value.set(chunk.subarray(i, i + take), this.#filled)
+        this.#filled += take
+        i += take
+        if (this.#filled === this.#value.length) {
+          const close = decodeCloseValue(this.#value)
+          this.#value = null
+          if (close === null) return { ok: false, detail: 'close capsule shorter than its 4-byte code' }
+          out.push({ kind: 'close', code: close.code, reason: close.reason })
+          this.#closed = true
+        }
+        continue
+      }
+      if (this.#remaining > 0) {
+        const take = Math.min(this.#remaining, chunk.length - i)
+        this.#remaining -= take
+        i += take
+        continue
+      }
+      this.#header[this.#headerLength++] = chunk[i++] as number
+      const typeLength = varintLengthOf(this.#header[0] as number)
+      if (this.#headerLength < typeLength + 1) continue
+      const lengthLength = varintLengthOf(this.#header[typeLength] as number)
+      if (this.#headerLength < typeLength + lengthLength) continue
+      this.#type = decodeVarint(this.#header, 0)
+      const length = decodeVarint(this.#header, typeLength)
+      this.#headerLength = 0
+      const started = this.#begin(length, out)
+      if (!started.ok) return started
+    }
+    return CAPSULE_OK
+  }
+
+  /** The stream ended: inside a capsule that is a malformed message. */
+  end (): CapsuleRead {
+    if (this.#closed || this.atBoundary) return CAPSULE_OK
+    return { ok: false, detail: 'stream ended inside a capsule' }
+  }
+
+  #begin (length: number, out: CapsuleEvent[]): CapsuleRead {
+    switch (this.#type) {
+      case CLOSE_WEBTRANSPORT_SESSION:
+        if (length < 4 || length > MAX_CLOSE_VALUE) return { ok: false, detail: `close capsule of ${length} bytes (4 to ${MAX_CLOSE_VALUE})` }
+        this.#value = Buffer.allocUnsafe(length)
+        this.#filled = 0
+        return CAPSULE_OK
+      case DRAIN_WEBTRANSPORT_SESSION:
+        out.push(DRAIN_EVENT)
+        this.#remaining = length
+        return CAPSULE_OK
+      default:
+        this.#skipped++
+        this.#remaining = length
+        return CAPSULE_OK
+    }
   }
 }

@@ -5,8 +5,8 @@
  */
 import t from 'tap'
 import {
-  CLOSE_WEBTRANSPORT_SESSION, CapsuleCursor, DEFAULT_WT_SETTINGS, MAX_CLOSE_REASON_BYTES, WT_SETTINGS,
-  decodeCloseValue, encodeCloseCapsule, pickWtSettings,
+  CLOSE_WEBTRANSPORT_SESSION, CapsuleCursor, CapsuleReader, DEFAULT_WT_SETTINGS, DRAIN_WEBTRANSPORT_SESSION, MAX_CLOSE_REASON_BYTES, WT_SETTINGS,
+  decodeCloseValue, encodeCloseCapsule, encodeDrainCapsule, pickWtSettings, type CapsuleEvent,
 } from '../../lib/tunnel/webtransport-capsule.ts'
 
 function varint (value: number): Buffer {
@@ -139,4 +139,38 @@ t.test('only the WebTransport settings are taken from a peer\'s custom settings'
   t.equal(pickWtSettings({ 0x1234: 5 }), null)
   t.same(pickWtSettings({ [WT_SETTINGS.initialMaxData]: 1 << 20, 0x1234: 5 }), { [WT_SETTINGS.initialMaxData]: 1 << 20 })
   t.same(pickWtSettings({ ...DEFAULT_WT_SETTINGS }), DEFAULT_WT_SETTINGS)
+})
+
+// ── CapsuleReader: the HTTP/3 relay reads each leg's capsules (it terminates the session). ──
+
+t.test('the capsule reader reports close and drain and skips the rest, however chunked', async (t) => {
+  // Chromium sends a GREASE capsule (type 0x1f * N + 0x21) first on the CONNECT stream.
+  const grease = capsule(0x1f * 12345 + 0x21, Buffer.alloc(40, 0xaa))
+  const stream = Buffer.concat([grease, encodeDrainCapsule(), capsule(0x00, Buffer.from('datagram capsule')), encodeCloseCapsule(7, 'done here')])
+  for (const size of [1, 2, 5, stream.length]) {
+    const reader = new CapsuleReader()
+    const events: CapsuleEvent[] = []
+    for (let i = 0; i < stream.length; i += size) t.same(reader.push(stream.subarray(i, i + size), events), { ok: true })
+    t.same(events, [{ kind: 'drain' }, { kind: 'close', code: 7, reason: 'done here' }], `chunks of ${size}`)
+    t.equal(reader.skipped, 2)
+    t.ok(reader.closed)
+  }
+})
+
+t.test('the capsule reader refuses a close capsule outside 4..1028 bytes and a stream ending inside a capsule', async (t) => {
+  t.match(new CapsuleReader().push(capsule(CLOSE_WEBTRANSPORT_SESSION, Buffer.alloc(3)), []), { ok: false, detail: /close capsule of 3 bytes/ })
+  t.match(new CapsuleReader().push(capsule(CLOSE_WEBTRANSPORT_SESSION, Buffer.alloc(4 + MAX_CLOSE_REASON_BYTES + 1)), []), { ok: false, detail: /1029 bytes/ })
+  const max = new CapsuleReader()
+  const events: CapsuleEvent[] = []
+  t.same(max.push(capsule(CLOSE_WEBTRANSPORT_SESSION, Buffer.concat([Buffer.from([0, 0, 1, 0]), Buffer.alloc(MAX_CLOSE_REASON_BYTES, 0x62)])), events), { ok: true })
+  t.match(events, [{ kind: 'close', code: 256 }])
+  const cut = new CapsuleReader()
+  t.same(cut.push(capsule(0x21, Buffer.alloc(10)).subarray(0, 5), []), { ok: true })
+  t.match(cut.end(), { ok: false, detail: /inside a capsule/ })
+  t.same(new CapsuleReader().end(), { ok: true }, 'an empty stream ends cleanly')
+})
+
+t.test('a drain capsule is type 0x78ae with no value', async (t) => {
+  t.equal(encodeDrainCapsule().toString('hex'), '8000' + '78ae' + '00')
+  t.equal(DRAIN_WEBTRANSPORT_SESSION, 0x78ae)
 })
