@@ -68,6 +68,7 @@ t.test('a Pylon-like client and a Stargate-like server connect with no ALPN, the
   t.equal(accepted.alpn, null, 'the server negotiated no ALPN')
   t.equal(accepted.sni, SNI, 'the server saw the SNI')
   t.equal(accepted.peer_cert, false, 'no client certificate, as the real Pylon')
+  t.same(await server.waitEvent('client_hello'), { ev: 'client_hello', sni: SNI, alpn: null }, 'the ClientHello carried the SNI and no ALPN extension')
 })
 
 t.test('64 MiB cross byte-exact each way, on a stream the Pylon opens and one the Stargate opens', { skip }, async (t) => {
@@ -164,6 +165,7 @@ t.test('a client offering an ALPN is refused by the no-ALPN server inside the ha
   const { server, pylon } = await pair(t, { alpn: ['h3'] })
   await t.rejects(pylon.established(), /refused/, 'the handshake fails')
   t.match(await pylon.closed(1), { established: false, kind: 'transport', by: 'peer', code: NO_APPLICATION_PROTOCOL }, 'the client got no_application_protocol')
+  t.same((await server.waitEvent('client_hello')).alpn, ['h3'], 'the server saw h3 offered')
   // quinn 0.9 drops a connection whose first ClientHello fails without surfacing it.
   t.notOk(server.events.some((e) => e.ev === 'connected'), 'the server established nothing')
 })
@@ -245,6 +247,7 @@ t.test('ngtcp2 gtlsclient reaches a quinn server offering h3: SNI, ALPN and its 
   const client = run(t, GTLS_CLIENT, ['--quiet', '--timeout', '10s', 'localhost', String(server.port), `https://localhost:${server.port}/`])
   const connected = await server.waitEvent('connected')
   t.match(connected, { alpn: 'h3', sni: 'localhost' }, 'the server negotiated h3 and saw the SNI')
+  t.same((await server.waitEvent('client_hello')).alpn, ['h3'], 'gtlsclient offered h3 alone')
   t.ok((await server.waitEvent('stream', { conn: connected.conn, dir: 'uni' })) !== undefined, 'gtlsclient opened its HTTP/3 control stream')
   const request = await server.waitEvent('stream', { conn: connected.conn, dir: 'bi' })
   t.match(await server.recvDone(connected.conn, request.stream), { fin: true }, 'and sent a request on a bidi stream to FIN')
