@@ -16,7 +16,7 @@ import { access, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createCa, createLeaf } from '../fixtures/certs.ts'
-import { QuinnPeer, patternSha256, quinnPeerSkip, type ClientOptions } from '../fixtures/quinn-peer.ts'
+import { QuinnPeer, patternSha256, quinnPeerSkip, type AcceptMode, type ClientOptions } from '../fixtures/quinn-peer.ts'
 
 const MIB = 1 << 20
 const SNI = 'stargate-0.stargate.external'
@@ -52,7 +52,7 @@ await writeFile(files.clientKey, clientLeaf.keyPem)
 
 let nextIp = 10
 /** A Stargate-like server on its own loopback IP and a Pylon-like client dialling it. */
-async function pair (t: Test, client: Partial<ClientOptions> = {}, server: { accept?: 'sink' | 'echo', clientCaPath?: string } = {}): Promise<{ server: QuinnPeer, pylon: QuinnPeer }> {
+async function pair (t: Test, client: Partial<ClientOptions> = {}, server: { accept?: AcceptMode, clientCaPath?: string } = {}): Promise<{ server: QuinnPeer, pylon: QuinnPeer }> {
   const stargate = await QuinnPeer.server(t, { listen: `127.0.71.${nextIp++}:0`, certPath: files.cert, keyPath: files.key, ...server })
   const pylon = await QuinnPeer.client(t, { connect: stargate.addr, sni: SNI, caPath: files.ca, ...client })
   return { server: stargate, pylon }
@@ -134,6 +134,30 @@ t.test('RESET_STREAM and STOP_SENDING codes, and a uni stream FIN, reach the oth
   await pylon.finish(1, uni)
   t.match(await server.waitEvent('stream', { conn, stream: uni }), { dir: 'uni' }, 'the server saw a uni stream')
   t.match(await server.recvDone(conn, uni), { bytes: 7, fin: true }, 'and read it to FIN')
+})
+
+t.test('a stream accepted in hold mode is read only once asked, so the sender stays flow-controlled', { skip }, async (t) => {
+  const { server, pylon } = await pair(t, {}, { accept: 'hold' })
+  await pylon.established()
+  const { conn } = await server.waitEvent('connected')
+  const s = await pylon.open(1)
+  // 3 MiB is above quinn's 1.25 MB stream window: quinn takes the last bytes (and the write
+  // completes) only once the server reads.
+  const written = pylon.write(1, s, { bytes: 3 * MIB, seed: 5 })
+  await server.waitEvent('stream', { conn, stream: s })
+  t.notOk(server.events.some((e) => e.ev === 'recv_done'), 'nothing read while held')
+  await server.read(conn, s)
+  t.equal(await written, 3 * MIB, 'the write completed once the server read')
+  await pylon.finish(1, s)
+  t.match(await server.recvDone(conn, s), { bytes: 3 * MIB, fin: true, sha256: patternSha256(5, 3 * MIB) }, 'read whole once released')
+})
+
+t.test('an idle connection ends with kind timeout after the idle timeout', { skip }, async (t) => {
+  const stargate = await QuinnPeer.server(t, { listen: `127.0.71.${nextIp++}:0`, certPath: files.cert, keyPath: files.key, idleTimeoutMs: 300 })
+  const pylon = await QuinnPeer.client(t, { connect: stargate.addr, sni: SNI, caPath: files.ca, idleTimeoutMs: 300 })
+  await pylon.established()
+  t.match(await pylon.closed(1), { kind: 'timeout', code: null }, 'the client timed out')
+  t.match(await stargate.closed(1), { kind: 'timeout' }, 'so did the server')
 })
 
 t.test('datagrams cross both ways; one above max_datagram_size is refused locally', { skip }, async (t) => {
