@@ -27,7 +27,7 @@ const NO_APPLICATION_PROTOCOL = 0x100 + 120
 /** TLS alert 116 (certificate_required). */
 const CERTIFICATE_REQUIRED = 0x100 + 116
 
-const skip = await quinnPeerSkip()
+const skip = await quinnPeerSkip(t)
 
 const dir = await mkdtemp(join(tmpdir(), 'sg-quinn-peer-'))
 t.teardown(() => rm(dir, { recursive: true, force: true }))
