@@ -10,11 +10,11 @@
  *   short grace (TRUST_CHANGE_GRACE_MS).
  */
 import type { RunningTunnel, TunnelContext } from './tunnels.ts'
-import { QuicDriver } from '../lib/quic/driver.ts'
-import { QuicServer } from '../lib/quic/server.ts'
-import { fullGc } from '../lib/quic/gc.ts'
-import { buildClientConfig, buildServerConfig, ConfigCache, type TransportOptions } from '../lib/quic/config.ts'
-import type { NativeConfig } from '../lib/quic/native.ts'
+import { QuicDriver } from '../lib/quic/quiche/driver.ts'
+import { QuicServer } from '../lib/quic/quiche/server.ts'
+import { fullGc } from '../lib/quic/quiche/gc.ts'
+import { buildClientConfig, buildServerConfig, ConfigCache, type TransportOptions } from '../lib/quic/quiche/config.ts'
+import type { NativeConfig } from '../lib/quic/quiche/native.ts'
 import type { TlsState } from '../lib/tls/types.ts'
 import { CLOSE_REASONS, RawQuicRelay, type UpstreamConfig } from '../lib/tunnel/raw-quic-relay.ts'
 import { TRUST_CHANGE_GRACE_MS } from './tls-wiring.ts'

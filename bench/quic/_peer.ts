@@ -16,12 +16,12 @@
  * (bytes) overrides the dialing peers' socket buffer size (lib/quic/client.ts default).
  */
 import { readFileSync } from 'node:fs'
-import { QuicDriver } from '../../lib/quic/driver.ts'
-import { QuicServer } from '../../lib/quic/server.ts'
-import { connectQuic } from '../../lib/quic/client.ts'
-import { buildClientConfig, buildServerConfig } from '../../lib/quic/config.ts'
-import type { QuicConnection } from '../../lib/quic/connection.ts'
-import type { QuicStream } from '../../lib/quic/stream.ts'
+import { QuicDriver } from '../../lib/quic/quiche/driver.ts'
+import { QuicServer } from '../../lib/quic/quiche/server.ts'
+import { connectQuic } from '../../lib/quic/quiche/client.ts'
+import { buildClientConfig, buildServerConfig } from '../../lib/quic/quiche/config.ts'
+import type { QuicConnection } from '../../lib/quic/quiche/connection.ts'
+import type { QuicStream } from '../../lib/quic/quiche/stream.ts'
 
 const IDLE_MS = 60_000
 const CHUNK = Buffer.alloc(64 * 1024, 0x5a)

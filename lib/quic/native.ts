@@ -1,144 +1,204 @@
 /**
- * The quiche native binding that @matrixai/quic ships prebuilt (@matrixai/quic-linux-x64),
- * loaded directly: the package's JavaScript layer (QUICServer/QUICConnection/QUICStream) is
- * not used (measured here at ~2 MiB/s, and it kills the process when a peer opens streams
- * during the handshake). Only the calls the driver makes are typed here.
+ * The QUIC engine addon (lib/quic/native/, C over Debian's ngtcp2 0.12 + GnuTLS), typed. Its
+ * surface is documented in one place, the header comment of native/src/addon.c; this file
+ * mirrors it for TypeScript. Only engine.ts calls it; everything else uses the objects of
+ * engine.ts, endpoint.ts, connection.ts and stream.ts.
  *
- * quiche errors surface as thrown Errors whose message is the Rust Debug form of
- * quiche::Error: "Done", "StreamReset(77)", "StreamStopped(99)", "InvalidStreamState(0)",
- * "StreamLimit", "FinalSize", "TlsFail"... `Done` is mapped to a null return by the binding
- * for send/streamRecv/streamSend/dgramRecv; parseQuicheError() reads the rest.
+ * Built by `npm ci` (lib/quic/native/install.mjs); loaded on first use, so a process that never
+ * speaks QUIC never loads it.
  */
 import { createRequire } from 'node:module'
 
-export interface HostPort {
-  host: string
-  port: number
+/** Event record types (addon.c, quic.h `enum qevent_type`). */
+export const EV = {
+  PROPOSED: 1,
+  ESTABLISHED: 2,
+  CLOSED: 3,
+  STREAM_OPENED: 4,
+  STREAM_READABLE: 5,
+  STREAM_WRITABLE: 6,
+  STREAM_RESET: 7,
+  STREAM_STOP: 8,
+  STREAM_CLOSED: 9,
+  STREAMS_AVAILABLE: 10,
+  DATAGRAM: 11,
+  SPLICE_DONE: 12,
+  ENDPOINT_ERROR: 13,
+  PENDING_EXPIRED: 14,
+} as const
+
+/** Numbers per event record in the shared Float64Array. */
+export const EVENT_STRIDE = 6
+
+/** How a connection ended (EV.CLOSED `a`), quic.h `enum qclose_kind`. */
+export const CLOSE_KINDS = [
+  'unknown', 'peer', 'local', 'error', 'idle', 'handshake_timeout', 'stateless_reset', 'unreachable', 'destroyed',
+] as const
+export type QuicCloseKind = Exclude<typeof CLOSE_KINDS[number], 'unknown'>
+
+/** streamRead results that are not bytes. */
+export const READ_NONE = 0
+export const READ_FIN = 1
+export const READ_RESET = 2
+export const READ_GONE = 3
+
+/** streamOpen results that are not stream ids. */
+export const OPEN_BLOCKED = -1
+export const OPEN_FAILED = -2
+
+export interface NativeTransport {
+  readonly idleTimeoutMs?: number
+  /** 0: none. */
+  readonly handshakeTimeoutMs?: number
+  /** PING after this long without sending (0 disables). */
+  readonly keepAliveMs?: number
+  readonly initialMaxData?: number
+  readonly initialMaxStreamData?: number
+  readonly maxWindow?: number
+  readonly maxStreamWindow?: number
+  readonly maxStreamsBidi?: number
+  readonly maxStreamsUni?: number
+  /** UDP payload we send (1200–1452, default 1350). */
+  readonly maxPayload?: number
+  readonly datagrams?: boolean
+  /** Unacknowledged bytes a TypeScript writer may queue per stream (default 256 KiB). */
+  readonly streamSendLimit?: number
 }
 
-export interface RecvInfo {
-  from: HostPort
-  to: HostPort
+export interface NativeListenOptions {
+  readonly recvBuffer?: number
+  readonly sendBuffer?: number
+  readonly maxConnections?: number
+  readonly maxHalfOpenPerAddress?: number
+  readonly retryThreshold?: number
+  readonly retry?: boolean
+  readonly pendingTimeoutMs?: number
+  readonly resetSecret?: Uint8Array | null
+  readonly accepting?: boolean
+  readonly transport?: NativeTransport
 }
 
-export interface SendInfo {
-  readonly from: HostPort
-  readonly to: HostPort
+export interface NativeProposal {
+  readonly sni: string | null
+  readonly alpn: string[]
+  readonly address: string
+  readonly port: number
+  readonly validated: boolean
 }
 
-export interface ConnectionError {
-  readonly isApp: boolean
-  readonly errorCode: number
-  readonly reason: Uint8Array
+export interface NativeCloseInfo {
+  readonly reason: Buffer
+  readonly app: boolean
+  readonly established: boolean
+  readonly alert: number
+  readonly liberr: number
 }
 
-export interface NativeStats {
-  readonly recv: number
-  readonly sent: number
-  readonly lost: number
-  readonly sentBytes: number
-  readonly recvBytes: number
-  readonly peerMaxDatagramFrameSize?: number
+export interface NativeConnInfo {
+  readonly alpn: string | null
+  readonly sni: string | null
+  readonly datagrams: boolean
+  readonly established: boolean
+  readonly remoteAddress: string
+  readonly remotePort: number
+  readonly localPort: number
 }
 
-export interface NativeConfig {
-  verifyPeer (verify: boolean): void
-  grease (grease: boolean): void
-  setApplicationProtos (protos: string[]): void
-  setMaxIdleTimeout (ms: number): void
-  setMaxRecvUdpPayloadSize (size: number): void
-  setMaxSendUdpPayloadSize (size: number): void
-  setInitialMaxData (v: number): void
-  setInitialMaxStreamDataBidiLocal (v: number): void
-  setInitialMaxStreamDataBidiRemote (v: number): void
-  setInitialMaxStreamDataUni (v: number): void
-  setInitialMaxStreamsBidi (v: number): void
-  setInitialMaxStreamsUni (v: number): void
-  setDisableActiveMigration (v: boolean): void
-  setCcAlgorithmName (name: string): void
-  enableDgram (enabled: boolean, recvQueueLen: number, sendQueueLen: number): void
-  enablePacing (v: boolean): void
-  setMaxStreamWindow (v: number): void
-  setMaxConnectionWindow (v: number): void
-  setTicketKey (key: Uint8Array): void
+export interface NativeConnStats {
+  readonly rttUs: number
+  readonly cwnd: number
+  readonly bytesInFlight: number
+  readonly txBytes: number
+  readonly rxBytes: number
+  readonly txPackets: number
+  readonly rxPackets: number
+  readonly splicedBytes: number
+  readonly bridgedBytes: number
+  readonly datagramsDropped: number
+  readonly openStreams: number
 }
 
-export interface NativeConnection {
-  recv (data: Uint8Array, info: RecvInfo): number
-  send (data: Uint8Array): [number, SendInfo] | null
-  streamRecv (streamId: number, data: Uint8Array): [number, boolean] | null
-  streamSend (streamId: number, data: Uint8Array, fin: boolean): number | null
-  streamShutdown (streamId: number, direction: 0 | 1, err: number): void | null
-  streamCapacity (streamId: number): number
-  streamReadable (streamId: number): boolean
-  readable (): Iterable<number>
-  isReadable (): boolean
-  peerStreamsLeftBidi (): number
-  peerStreamsLeftUni (): number
-  dgramRecv (data: Uint8Array): number | null
-  dgramSend (data: Uint8Array): void | null
-  dgramMaxWritableLen (): number | null
-  timeout (): number | null
-  onTimeout (): void
-  close (app: boolean, err: number, reason: Uint8Array): void | null
-  applicationProto (): Uint8Array
-  serverName (): string | null
-  peerCertChain (): Uint8Array[] | null
-  isEstablished (): boolean
-  isDraining (): boolean
-  isClosed (): boolean
-  isTimedOut (): boolean
-  peerError (): ConnectionError | null
-  localError (): ConnectionError | null
-  stats (): NativeStats
-  pathStats (): Array<{ rtt: number, cwnd: number, deliveryRate: number }>
-  sendAckEliciting (): void
-  sourceId (): Uint8Array
+export interface NativeEndpointStats {
+  readonly connections: number
+  readonly pending: number
+  readonly halfOpen: number
+  readonly rxDatagrams: number
+  readonly rxBytes: number
+  readonly txDatagrams: number
+  readonly txBytes: number
+  readonly dropMalformed: number
+  readonly dropUnknownConnection: number
+  readonly dropConnectionLimit: number
+  readonly dropInvalidToken: number
+  readonly dropPendingLimit: number
+  readonly dropClosed: number
+  readonly dropSend: number
+  readonly retries: number
+  readonly versionNegotiations: number
+  readonly statelessResets: number
+  readonly proposed: number
+  readonly rejected: number
+  readonly accepted: number
+  readonly gso: number
 }
 
-export interface Quiche {
-  readonly Config: {
-    new (): NativeConfig
-    withBoringSslCtx (verifyPeer: boolean, verifyAllowFail: boolean, ca: Uint8Array | null, key: Uint8Array[] | null, cert: Uint8Array[] | null, sigalgs: string | null): NativeConfig
-  }
-  readonly Connection: {
-    connect (serverName: string | null, scid: Uint8Array, local: HostPort, remote: HostPort, config: NativeConfig): NativeConnection
-    accept (scid: Uint8Array, odcid: Uint8Array | null, local: HostPort, remote: HostPort, config: NativeConfig): NativeConnection
-  }
-  retry (scid: Uint8Array, dcid: Uint8Array, newScid: Uint8Array, token: Uint8Array, version: number, out: Uint8Array): number
-  negotiateVersion (scid: Uint8Array, dcid: Uint8Array, out: Uint8Array): number
-  versionIsSupported (version: number): boolean
-  readonly PROTOCOL_VERSION: number
-  readonly MAX_CONN_ID_LEN: number
-  readonly MIN_CLIENT_INITIAL_LEN: number
+export interface NativeCounters {
+  readonly connections: number
+  readonly streams: number
+  readonly pending: number
+  readonly bufferedBytes: number
+  readonly datagramsQueued: number
+  readonly endpoints: number
+  readonly credentials: number
+  readonly sendCalls: number
+  readonly recvCalls: number
+  readonly timers: number
 }
 
-export const SHUTDOWN_READ = 0
-export const SHUTDOWN_WRITE = 1
+export interface NativeQuic {
+  init (onEvents: (count: number, objects: unknown[] | undefined) => void): Float64Array
+  credServer (certPem: string, keyPem: string, clientCaPem: string | null): number
+  credClient (caPem: string | null, verify: boolean, certPem: string | null, keyPem: string | null): number
+  credRelease (id: number): void
+  listen (host: string, port: number, options: NativeListenOptions): [number, string, number]
+  endpointConfigure (endpoint: number, options: NativeListenOptions): void
+  endpointStats (endpoint: number): NativeEndpointStats | undefined
+  endpointClose (endpoint: number): void
+  accept (pending: number, cred: number, alpn: Buffer | null, transport: NativeTransport | null): number
+  reject (pending: number, code: number, reason: string | Buffer): void
+  connect (address: string, port: number, cred: number, sni: string | null, alpn: Buffer | null, transport: NativeTransport, options: { recvBuffer?: number, sendBuffer?: number }): number
+  close (conn: number, app: boolean, code: number, reason: string | Buffer): void
+  destroy (conn: number): void
+  connInfo (conn: number): NativeConnInfo | undefined
+  connStats (conn: number): NativeConnStats | undefined
+  peerCertificates (conn: number): Buffer[]
+  streamOpen (conn: number, bidi: boolean): number
+  streamsLeft (conn: number, bidi: boolean): number
+  streamRead (conn: number, stream: number, max: number): Buffer | number
+  streamWrite (conn: number, stream: number, data: Uint8Array, fin: boolean): number
+  streamReset (conn: number, stream: number, code: number): void
+  streamStop (conn: number, stream: number, code: number): void
+  splice (connA: number, streamA: number, connB: number, streamB: number): boolean
+  datagramSend (conn: number, data: Uint8Array): boolean
+  datagramBridge (connA: number, connB: number, mode: 0 | 1 | 2): boolean
+  datagramMap (conn: number, fromQuarterId: number, toQuarterId: number): boolean
+  counters (): NativeCounters
+}
 
-let binding: Quiche | null = null
+/** Where the build puts the addon (node-gyp's default output). */
+export const ADDON_PATH = new URL('./native/build/Release/quic.node', import.meta.url)
 
-/** The binding, loaded on first use (so importing the driver costs nothing until QUIC is used). */
-export function quiche (): Quiche {
-  if (binding === null) {
+let addon: NativeQuic | null = null
+
+/** The addon, loaded on first use. */
+export function loadNative (): NativeQuic {
+  if (addon === null) {
     const require = createRequire(import.meta.url)
-    binding = require(`@matrixai/quic-${process.platform}-${process.arch}`) as Quiche
+    try {
+      addon = require(ADDON_PATH.pathname) as NativeQuic
+    } catch (err) {
+      throw new Error(`the QUIC engine addon is not built (${ADDON_PATH.pathname}): run npm ci with the Debian packages libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev installed`, { cause: err })
+    }
   }
-  return binding
-}
-
-export interface QuicheError {
-  /** The quiche::Error variant name, e.g. "StreamReset". */
-  readonly kind: string
-  /** The code carried by StreamReset/StreamStopped/InvalidStreamState, else null. */
-  readonly code: number | null
-}
-
-/** Reads a thrown quiche error ("StreamReset(77)" -> { kind: 'StreamReset', code: 77 }). */
-export function parseQuicheError (err: unknown): QuicheError {
-  const message = err instanceof Error ? err.message : String(err)
-  const open = message.indexOf('(')
-  if (open < 0) return { kind: message, code: null }
-  const code = Number(message.slice(open + 1, message.indexOf(')', open)))
-  return { kind: message.slice(0, open), code: Number.isFinite(code) ? code : null }
+  return addon
 }

@@ -1,187 +1,160 @@
 /**
- * A QUIC stream as a Node Duplex. Backpressure goes both ways without a queue of our own:
- * - read: when push() returns false the stream stops reading from quiche until _read(); the
- *   data stays in quiche, which stops extending the peer's flow-control window;
- * - write: _write hands the chunk to quiche; what quiche cannot take now (flow control,
- *   congestion) is held as the one pending chunk and its callback waits, so Node's writable
- *   buffer (highWaterMark) is the only buffer.
+ * One QUIC stream of the engine, in TypeScript mode: bytes are pulled with read() and pushed with
+ * write(), both bounded by the addon's flow control (nothing here buffers):
  *
- * A RESET_STREAM from the peer destroys the stream with a QuicStreamError (kind 'reset',
- * code); a STOP_SENDING does the same with kind 'stop_sending'. destroy() without an error
- * resets both directions with code 0; resetWrite(code) and stopSending(code) act on one
- * direction with the given code.
+ * - read(max) consumes bytes the addon holds and only then returns the credit to the peer, so
+ *   a reader that stops reading stops the sender after one window;
+ * - write(data) returns how many bytes the addon took (it holds at most the stream's send
+ *   limit unacknowledged); the rest waits for handler.onWritable;
+ * - splice(other) hands both directions to the addon, including bytes received but not yet
+ *   read, and the stream leaves TypeScript mode for good (onSpliceDone reports its end).
+ *
+ * Events reach the handler once per engine turn: onReadable when bytes or FIN arrive on a stream
+ * that was read to empty (read until read() returns null, then it fires again), onWritable,
+ * onReset / onStopSending with the peer's code, onClose when the addon has forgotten the stream.
  */
-import { Duplex } from 'node:stream'
-import type { QuicConnection } from './connection.ts'
-import type { StreamHandler, StreamSlot } from './stream-slot.ts'
+import { READ_FIN, READ_GONE, READ_NONE, READ_RESET, type NativeQuic } from './native.ts'
 
-const READ_NONE = -1
-const READ_RESET = -2
-const WRITE_STOPPED = -2
-const EMPTY = Buffer.alloc(0)
-const HIGH_WATER_MARK = 256 * 1024
-
-export type QuicStreamErrorKind = 'reset' | 'stop_sending' | 'connection_closed'
-
-export class QuicStreamError extends Error {
-  readonly kind: QuicStreamErrorKind
-  /** The application error code the peer sent (0 for connection_closed). */
-  readonly code: number
-
-  constructor (kind: QuicStreamErrorKind, code: number, message?: string) {
-    super(message ?? (kind === 'reset' ? `stream reset by peer with code ${code}` : kind === 'stop_sending' ? `peer stopped reading the stream with code ${code}` : 'connection closed'))
-    this.name = 'QuicStreamError'
-    this.kind = kind
-    this.code = code
-  }
-}
-
-type Callback = (err?: Error | null) => void
-
-export class QuicStream extends Duplex implements StreamHandler {
+/** What a stream needs of its connection. */
+export interface StreamHost {
   readonly id: number
-  readonly #conn: QuicConnection
-  readonly #slot: StreamSlot
-  #pending: Buffer | null = null
-  #pendingCallback: Callback | null = null
+  readonly native: NativeQuic
+}
 
-  constructor (conn: QuicConnection, slot: StreamSlot) {
-    super({ allowHalfOpen: true, readableHighWaterMark: HIGH_WATER_MARK, writableHighWaterMark: HIGH_WATER_MARK })
-    this.#conn = conn
-    this.#slot = slot
-    this.id = slot.id
-    slot.handler = this
-    if (!slot.readOpen) this.push(null)
-  }
+export interface QuicStreamHandler {
+  onReadable? (stream: QuicStream): void
+  onWritable? (stream: QuicStream): void
+  /** The peer reset its sending side with code; bytes not yet read are gone. */
+  onReset? (stream: QuicStream, code: number): void
+  /** The peer does not want more bytes (the addon answered with RESET_STREAM, same code). */
+  onStopSending? (stream: QuicStream, code: number): void
+  /** The stream is finished (both directions done, or its connection closed). */
+  onClose? (stream: QuicStream): void
+  /** A spliced stream ended; bytes = what it received and passed to its partner. */
+  onSpliceDone? (stream: QuicStream, bytes: number): void
+}
 
-  get bidi (): boolean {
-    return this.#slot.bidi
-  }
+/** RFC 9000 §2.1: bit 0 = initiated by the server, bit 1 = unidirectional. */
+export function isUniStream (id: number): boolean {
+  return (id & 0x02) !== 0
+}
 
+export function isServerInitiated (id: number): boolean {
+  return (id & 0x01) !== 0
+}
+
+export class QuicStream {
+  readonly id: number
+  readonly bidi: boolean
   /** Opened by this endpoint. */
-  get local (): boolean {
-    return this.#slot.local
+  readonly local: boolean
+  readonly #host: StreamHost
+  handler: QuicStreamHandler | null = null
+  /** FIN read: every byte of the peer's side was read. */
+  readEnded = false
+  /** FIN sent (end()) or the write side reset. */
+  writeEnded = false
+  /** RESET_STREAM code the peer sent, or null. */
+  resetCode: number | null = null
+  /** STOP_SENDING code the peer sent, or null. */
+  stopCode: number | null = null
+  spliced = false
+  closed = false
+  /** For whoever owns the stream (a relay's bookkeeping); the engine never reads it. */
+  data: unknown = null
+
+  constructor (host: StreamHost, id: number, local: boolean) {
+    this.#host = host
+    this.id = id
+    this.local = local
+    this.bidi = !isUniStream(id)
   }
 
-  get connection (): QuicConnection {
-    return this.#conn
+  /** The stream has a receiving side (bidi, or a peer's unidirectional stream). */
+  get readable (): boolean {
+    return this.bidi || !this.local
   }
 
-  /** RESET_STREAM on the write side with code; later writes fail, the read side goes on. */
-  resetWrite (code: number): void {
-    this.#conn.resetStream(this.#slot, code)
-    this.#failPending(new QuicStreamError('reset', code, `stream write side reset locally with code ${code}`))
+  /** The stream has a sending side (bidi, or our unidirectional stream). */
+  get writable (): boolean {
+    return this.bidi || this.local
   }
 
-  /** STOP_SENDING on the read side with code; the readable side ends here. */
-  stopSending (code: number): void {
-    if (!this.#slot.readOpen) return
-    this.#conn.stopSending(this.#slot, code)
-    this.push(null)
+  get connectionId (): number {
+    return this.#host.id
   }
 
-  override _read (): void {
-    this.#conn.requestRead(this.#slot)
-  }
-
-  override _write (chunk: Buffer, _encoding: BufferEncoding, callback: Callback): void {
-    const slot = this.#slot
-    const n = this.#conn.writeStream(slot, chunk, false)
-    if (n === WRITE_STOPPED) {
-      callback(this.#writeError())
-      return
-    }
-    if (n === chunk.length) {
-      callback()
-      return
-    }
-    this.#pending = n === 0 ? chunk : chunk.subarray(n)
-    this.#pendingCallback = callback
-  }
-
-  override _final (callback: Callback): void {
-    const slot = this.#slot
-    if (!slot.writeOpen) {
-      // A peer's unidirectional stream has no write side to finish; a stopped one has an error.
-      callback(slot.stopCode >= 0 ? this.#writeError() : null)
-      return
-    }
-    if (this.#conn.writeStream(slot, EMPTY, true) === WRITE_STOPPED) callback(this.#writeError())
-    else callback()
-  }
-
-  override _destroy (err: Error | null, callback: (error?: Error | null) => void): void {
-    const code = err instanceof QuicStreamError ? err.code : 0
-    this.#conn.resetStream(this.#slot, code)
-    this.#conn.stopSending(this.#slot, code)
-    this.#slot.handler = null
-    // An Error (with its stack) only when a write is actually waiting: autoDestroy runs this
-    // for every stream that ended normally.
-    if (this.#pendingCallback !== null) this.#failPending(err ?? new QuicStreamError('reset', code, 'stream destroyed'))
-    callback(err)
-  }
-
-  // ---- StreamHandler (called by the connection within a driver turn) ----
-
-  onReadable (slot: StreamSlot): void {
-    const conn = this.#conn
-    const scratch = conn.scratch
-    for (;;) {
-      const n = conn.readStream(slot, scratch)
-      if (n === READ_NONE) return
-      if (n === READ_RESET) {
-        this.destroy(new QuicStreamError('reset', slot.resetCode))
-        return
-      }
-      if (n > 0) {
-        const chunk = Buffer.allocUnsafe(n)
-        scratch.copy(chunk, 0, 0, n)
-        if (!this.push(chunk)) slot.wantRead = false
-      }
-      if (slot.finReceived) {
-        this.push(null)
-        return
-      }
-      if (!slot.wantRead) return
+  /**
+   * Up to max bytes received (consumed: their credit goes back to the peer), or null when
+   * nothing is there now; readEnded is set once FIN has been read.
+   */
+  read (max = 65536): Buffer | null {
+    if (this.closed || this.spliced || this.readEnded) return null
+    const r = this.#host.native.streamRead(this.#host.id, this.id, max)
+    if (typeof r !== 'number') return r
+    switch (r) {
+      case READ_NONE:
+        return null
+      case READ_FIN:
+        this.readEnded = true
+        return null
+      case READ_RESET:
+      case READ_GONE:
+        return null
+      default:
+        return null
     }
   }
 
-  onWritable (slot: StreamSlot): void {
-    const pending = this.#pending
-    if (pending === null) return
-    const n = this.#conn.writeStream(slot, pending, false)
-    if (n === WRITE_STOPPED) {
-      this.#failPending(this.#writeError())
-      return
+  /** Bytes of data the addon took now (the rest: after onWritable); -1 when the stream cannot be written. */
+  write (data: Uint8Array): number {
+    if (this.closed || this.spliced || this.writeEnded) return -1
+    return this.#host.native.streamWrite(this.#host.id, this.id, data, false)
+  }
+
+  /**
+   * Writes data (if any) and FIN. Returns false when not all of data was taken: the FIN was not
+   * sent, call end() again after onWritable with the rest.
+   */
+  end (data?: Uint8Array): boolean {
+    if (this.closed || this.spliced || this.writeEnded) return false
+    const bytes = data ?? EMPTY
+    const n = this.#host.native.streamWrite(this.#host.id, this.id, bytes, true)
+    if (n === bytes.length) {
+      this.writeEnded = true
+      return true
     }
-    if (n < pending.length) {
-      this.#pending = pending.subarray(n)
-      return
+    return false
+  }
+
+  /** RESET_STREAM with code on our sending side. */
+  reset (code = 0): void {
+    if (this.closed || this.spliced) return
+    this.writeEnded = true
+    this.#host.native.streamReset(this.#host.id, this.id, code)
+  }
+
+  /** STOP_SENDING with code on our receiving side (bytes not read are dropped). */
+  stopSending (code = 0): void {
+    if (this.closed || this.spliced) return
+    this.readEnded = true
+    this.#host.native.streamStop(this.#host.id, this.id, code)
+  }
+
+  /**
+   * Joins this stream to other (a stream of another connection) inside the addon, both
+   * directions; bytes already received and not read go first. False when either side is
+   * already spliced or gone.
+   */
+  splice (other: QuicStream): boolean {
+    if (this.closed || other.closed || this.spliced || other.spliced) return false
+    const ok = this.#host.native.splice(this.#host.id, this.id, other.#host.id, other.id)
+    if (ok) {
+      this.spliced = true
+      other.spliced = true
     }
-    const callback = this.#pendingCallback
-    this.#pending = null
-    this.#pendingCallback = null
-    callback?.()
-  }
-
-  onStopped (slot: StreamSlot): void {
-    const err = new QuicStreamError('stop_sending', slot.stopCode)
-    if (this.#pendingCallback !== null) this.#failPending(err)
-    else this.destroy(err)
-  }
-
-  onAbort (_slot: StreamSlot, reason: string): void {
-    this.destroy(new QuicStreamError('connection_closed', 0, reason))
-  }
-
-  #writeError (): QuicStreamError {
-    return new QuicStreamError('stop_sending', Math.max(0, this.#slot.stopCode))
-  }
-
-  #failPending (err: Error): void {
-    const callback = this.#pendingCallback
-    this.#pending = null
-    this.#pendingCallback = null
-    callback?.(err)
+    return ok
   }
 }
+
+const EMPTY = new Uint8Array(0)

@@ -11,8 +11,8 @@
  * a source's peer becomes RESET_STREAM to the destination's peer, STOP_SENDING from a
  * destination's peer becomes STOP_SENDING to the source's peer.
  */
-import { READ_NONE, READ_RESET, WRITE_STOPPED, type QuicConnection } from '../quic/connection.ts'
-import type { StreamHandler, StreamSlot } from '../quic/stream-slot.ts'
+import { READ_NONE, READ_RESET, WRITE_STOPPED, type QuicConnection } from '../quic/quiche/connection.ts'
+import type { StreamHandler, StreamSlot } from '../quic/quiche/stream-slot.ts'
 
 /** Byte totals a splice adds to (the relay's, read by metrics). */
 export interface ByteCounter {

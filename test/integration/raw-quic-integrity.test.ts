@@ -8,7 +8,7 @@ import { createHash, randomBytes } from 'node:crypto'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import { hashStream } from '../fixtures/quic-stargate.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import type { QuicStream } from '../../lib/quic/stream.ts'
+import type { QuicStream } from '../../lib/quic/quiche/stream.ts'
 
 const sha256 = (data: Buffer): string => createHash('sha256').update(data).digest('hex')
 

@@ -8,7 +8,7 @@ import { readAll, type AcceptedTunnel } from '../fixtures/quic-stargate.ts'
 import type { PylonTunnel } from '../fixtures/quic-pylon.ts'
 import type { Teardown } from '../fixtures/kube-router.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import { QuicStreamError, type QuicStream } from '../../lib/quic/stream.ts'
+import { QuicStreamError, type QuicStream } from '../../lib/quic/quiche/stream.ts'
 
 function errorOf (stream: QuicStream): Promise<QuicStreamError> {
   return new Promise((resolve, reject) => {

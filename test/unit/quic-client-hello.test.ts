@@ -2,8 +2,8 @@
 // so it reads the SNI and ALPN list from the client's first Initial (RFC 9001 §5.2 keys)
 // before quiche accepts the connection.
 import t from 'tap'
-import { buildClientConfig } from '../../lib/quic/config.ts'
-import { parseClientHello, readClientHello } from '../../lib/quic/client-hello.ts'
+import { buildClientConfig } from '../../lib/quic/quiche/config.ts'
+import { parseClientHello, readClientHello } from '../../lib/quic/quiche/client-hello.ts'
 import { firstInitial } from '../fixtures/quic-raw.ts'
 
 t.test('SNI and ALPN list are read from a real first Initial', async (t) => {

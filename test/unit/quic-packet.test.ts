@@ -1,7 +1,7 @@
 // Issue 5: the endpoint reads QUIC headers in JavaScript to route datagrams and to drop
 // malformed ones before quiche sees them (RFC 9000 §17). Table-driven.
 import t from 'tap'
-import { dcidKey, isWellFormedDatagram, readLongHeader, readVarint } from '../../lib/quic/packet.ts'
+import { dcidKey, isWellFormedDatagram, readLongHeader, readVarint } from '../../lib/quic/quiche/packet.ts'
 import { firstInitial } from '../fixtures/quic-raw.ts'
 
 t.test('variable-length integers decode in all four sizes and refuse to run past the end', async (t) => {

@@ -1,7 +1,7 @@
 // Issue 5: stateless Retry tokens (RFC 9000 §8.1.2) bind the client's address and the
 // original destination connection ID, and expire.
 import t from 'tap'
-import { RetryTokens } from '../../lib/quic/retry-token.ts'
+import { RetryTokens } from '../../lib/quic/quiche/retry-token.ts'
 
 t.test('a token validates for the address it was minted for, and only there and then', async (t) => {
   let now = 1_000_000

@@ -1,0 +1,159 @@
+/*
+ * TLS material and sessions (GnuTLS 3.7). Credentials are built from PEM by TypeScript (hot
+ * reload = build new ones, use them for new connections); each connection holds a reference, so
+ * old material is freed when TypeScript releases it and its last connection has ended.
+ *
+ * ALPN is whatever TypeScript passes, including nothing: GnuTLS never requires it in QUIC (unlike
+ * BoringSSL, which refuses a QUIC handshake without ALPN in both roles; issue 15), so any ALPN
+ * rule is TypeScript's to apply at accept time.
+ *
+ * No session tickets are issued or used (GNUTLS_NO_TICKETS): a resumed session would skip the
+ * certificate checks, and a trust change must apply to every later handshake (SPEC §8).
+ */
+#include "quic.h"
+
+#include <stdlib.h>
+
+/* TLS 1.3 only, no middlebox compatibility mode (RFC 9001 §8.4). */
+static const char PRIORITY[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:%DISABLE_TLS13_COMPAT_MODE";
+
+qcred *cred_new_server(qengine *eng, const char *cert, size_t certlen, const char *key, size_t keylen,
+                       const char *ca, size_t calen, const char **err) {
+  qcred *cr = calloc(1, sizeof *cr);
+  if (cr == NULL) {
+    *err = "out of memory";
+    return NULL;
+  }
+  if (gnutls_certificate_allocate_credentials(&cr->cred) != 0) {
+    free(cr);
+    *err = "out of memory";
+    return NULL;
+  }
+  gnutls_datum_t c = {(unsigned char *)cert, (unsigned int)certlen};
+  gnutls_datum_t k = {(unsigned char *)key, (unsigned int)keylen};
+  if (gnutls_certificate_set_x509_key_mem2(cr->cred, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0) < 0) {
+    gnutls_certificate_free_credentials(cr->cred);
+    free(cr);
+    *err = "the certificate chain or private key could not be loaded";
+    return NULL;
+  }
+  if (ca != NULL) {
+    gnutls_datum_t a = {(unsigned char *)ca, (unsigned int)calen};
+    if (gnutls_certificate_set_x509_trust_mem(cr->cred, &a, GNUTLS_X509_FMT_PEM) <= 0) {
+      gnutls_certificate_free_credentials(cr->cred);
+      free(cr);
+      *err = "the client CA bundle holds no usable certificate";
+      return NULL;
+    }
+    cr->verify = 1;
+  }
+  cr->server = 1;
+  cr->refs = 1;
+  cr->id = engine_new_id(eng);
+  qmap_put_u64(&eng->creds, cr->id, cr);
+  eng->live_creds++;
+  return cr;
+}
+
+qcred *cred_new_client(qengine *eng, const char *ca, size_t calen, int verify,
+                       const char *cert, size_t certlen, const char *key, size_t keylen, const char **err) {
+  qcred *cr = calloc(1, sizeof *cr);
+  if (cr == NULL) {
+    *err = "out of memory";
+    return NULL;
+  }
+  if (gnutls_certificate_allocate_credentials(&cr->cred) != 0) {
+    free(cr);
+    *err = "out of memory";
+    return NULL;
+  }
+  if (verify && ca != NULL) {
+    gnutls_datum_t a = {(unsigned char *)ca, (unsigned int)calen};
+    if (gnutls_certificate_set_x509_trust_mem(cr->cred, &a, GNUTLS_X509_FMT_PEM) <= 0) {
+      gnutls_certificate_free_credentials(cr->cred);
+      free(cr);
+      *err = "the trust bundle holds no usable certificate";
+      return NULL;
+    }
+  }
+  /* verify without a bundle trusts nothing: every handshake fails verification (never a silent
+     fallback to no verification). */
+  if (cert != NULL && key != NULL) {
+    gnutls_datum_t c = {(unsigned char *)cert, (unsigned int)certlen};
+    gnutls_datum_t k = {(unsigned char *)key, (unsigned int)keylen};
+    if (gnutls_certificate_set_x509_key_mem2(cr->cred, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0) < 0) {
+      gnutls_certificate_free_credentials(cr->cred);
+      free(cr);
+      *err = "the client certificate chain or private key could not be loaded";
+      return NULL;
+    }
+  }
+  cr->verify = verify;
+  cr->refs = 1;
+  cr->id = engine_new_id(eng);
+  qmap_put_u64(&eng->creds, cr->id, cr);
+  eng->live_creds++;
+  return cr;
+}
+
+void cred_unref(qengine *eng, qcred *cr) {
+  if (cr == NULL || --cr->refs > 0) return;
+  qmap_del_u64(&eng->creds, cr->id);
+  gnutls_certificate_free_credentials(cr->cred);
+  free(cr);
+  eng->live_creds--;
+}
+
+/* ALPN in wire format (length-prefixed names) to GnuTLS datums. Returns the count, or -1. */
+static int alpn_datums(const uint8_t *alpn, size_t alpnlen, gnutls_datum_t *out, int max) {
+  int n = 0;
+  for (size_t at = 0; at < alpnlen;) {
+    size_t len = alpn[at];
+    if (len == 0 || at + 1 + len > alpnlen) return -1;
+    if (n == max) break; /* GnuTLS takes at most 16 (MAX_ALPN_PROTOCOLS): the first ones win */
+    out[n].data = (unsigned char *)alpn + at + 1;
+    out[n].size = (unsigned int)len;
+    n++;
+    at += 1 + len;
+  }
+  return n;
+}
+
+static int session_common(qconn *c, qcred *cr, const uint8_t *alpn, size_t alpnlen) {
+  if (gnutls_priority_set_direct(c->session, PRIORITY, NULL) != 0) return -1;
+  gnutls_session_set_ptr(c->session, &c->conn_ref);
+  if (gnutls_credentials_set(c->session, GNUTLS_CRD_CERTIFICATE, cr->cred) != 0) return -1;
+  if (alpnlen > 0) {
+    gnutls_datum_t protos[16];
+    int n = alpn_datums(alpn, alpnlen, protos, 16);
+    if (n < 0) return -1;
+    if (gnutls_alpn_set_protocols(c->session, protos, (unsigned)n, 0) != 0) return -1;
+  }
+  return 0;
+}
+
+int tls_session_server(qconn *c, qcred *cr, const uint8_t *alpn, size_t alpnlen) {
+  if (gnutls_init(&c->session, GNUTLS_SERVER | GNUTLS_NO_TICKETS | GNUTLS_NO_END_OF_EARLY_DATA) != 0) return -1;
+  if (ngtcp2_crypto_gnutls_configure_server_session(c->session) != 0) return -1;
+  if (session_common(c, cr, alpn, alpnlen) != 0) return -1;
+  if (cr->verify) {
+    /* --client-ca-path (SPEC §12): no valid client certificate, no handshake. */
+    gnutls_certificate_server_set_request(c->session, GNUTLS_CERT_REQUIRE);
+    gnutls_session_set_verify_cert(c->session, NULL, 0);
+  }
+  return 0;
+}
+
+int tls_session_client(qconn *c, qcred *cr, const char *sni, const uint8_t *alpn, size_t alpnlen) {
+  if (gnutls_init(&c->session, GNUTLS_CLIENT | GNUTLS_NO_TICKETS | GNUTLS_NO_END_OF_EARLY_DATA) != 0) return -1;
+  if (ngtcp2_crypto_gnutls_configure_client_session(c->session) != 0) return -1;
+  if (session_common(c, cr, alpn, alpnlen) != 0) return -1;
+  if (sni != NULL) {
+    c->sni = strdup(sni);
+    if (c->sni == NULL || gnutls_server_name_set(c->session, GNUTLS_NAME_DNS, c->sni, strlen(c->sni)) != 0) return -1;
+  }
+  /* GnuTLS keeps the hostname pointer (not a copy) for the verification: c->sni lives as long
+     as the session. */
+  if (cr->verify) gnutls_session_set_verify_cert(c->session, c->sni, 0);
+  return 0;
+}

@@ -1,0 +1,153 @@
+/**
+ * Issue 15: the engine (ngtcp2 + GnuTLS) completes handshakes with no ALPN at all in both roles
+ * — what real Pylons (quinn + rustls, raw QUIC) offer and real Stargate listeners expect — and
+ * with whatever ALPN the server side accepts, chosen per connection from the client's offer.
+ * A connection refused at the proposal costs no handshake: the client gets a CONNECTION_CLOSE
+ * in an Initial packet with the reason.
+ */
+import t from 'tap'
+import { randomBytes } from 'node:crypto'
+import { createSocket } from 'node:dgram'
+import { clientHello, scatteredHello } from '../fixtures/quic-initial.ts'
+import { waitFor } from '../fixtures/wait.ts'
+import { closed, dial, engineTls, established, listen } from '../fixtures/quic-engine.ts'
+import { APPLICATION_ERROR } from '../../lib/quic/endpoint.ts'
+import { ClientCredentials } from '../../lib/quic/credentials.ts'
+
+t.test('a client offering no ALPN reaches a server that accepts none: both sides see no protocol', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.80.1', tls.serverCredentials)
+  const client = dial(t, '127.0.80.1', server.endpoint.port, { credentials: tls.clientCredentials, alpn: [] })
+  await established(client)
+  const proposal = server.proposals[0]
+  t.equal(proposal?.sni, 'pod.stargate.test', 'the proposal carries the SNI from the Initial')
+  t.same(proposal?.alpn, [], 'and the (empty) ALPN offer')
+  t.equal(client.alpn, null, 'the client negotiated no ALPN')
+  const accepted = server.connections[0]
+  if (accepted === undefined) throw new Error('no server connection')
+  await established(accepted)
+  t.equal(accepted.alpn, null, 'the server negotiated no ALPN')
+  t.equal(accepted.serverName, 'pod.stargate.test')
+  t.ok(client.datagrams && accepted.datagrams, 'datagrams negotiated both ways')
+})
+
+t.test('an offered ALPN list is seen in order and the server picks from exactly that offer', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.80.2', tls.serverCredentials)
+  const client = dial(t, '127.0.80.2', server.endpoint.port, { credentials: tls.clientCredentials, alpn: ['h3', 'stargate-tunnel'] })
+  await established(client)
+  t.same(server.proposals[0]?.alpn, ['h3', 'stargate-tunnel'])
+  t.equal(client.alpn, 'h3', 'the first offered protocol was negotiated')
+})
+
+t.test('a ClientHello spread over several Initial packets, its CRYPTO frames out of order, is reassembled before the proposal', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.80.3', tls.serverCredentials, {
+    decide: (proposal) => {
+      proposal.reject('seen')
+      return null
+    },
+  })
+  // ~2,600 bytes, like Chromium's ClientHello with a post-quantum key share.
+  const hello = clientHello({ sni: 'Pod.Stargate.Test', alpn: ['h3', 'stargate'], padding: 2400 })
+  const datagrams = scatteredHello(hello, { dcid: randomBytes(16), scid: randomBytes(8), piece: 333 })
+  t.ok(datagrams.length >= 3, `the hello takes ${datagrams.length} Initial packets`)
+  const socket = createSocket('udp4')
+  await new Promise<void>((resolve) => { socket.bind(0, '127.0.80.3', resolve) })
+  t.teardown(() => { socket.close() })
+  const answered = new Promise<Buffer>((resolve) => { socket.once('message', resolve) })
+  // Last packet first: the endpoint cannot rely on order either.
+  for (const d of [...datagrams].reverse()) socket.send(d, server.endpoint.port, '127.0.80.3')
+  await waitFor(() => server.proposals.length === 1, { message: 'the proposal' })
+  t.equal(server.proposals[0]?.sni, 'pod.stargate.test', 'the SNI, lower-cased')
+  t.same(server.proposals[0]?.alpn, ['h3', 'stargate'], 'the ALPN offer')
+  const reply = await answered
+  t.equal((reply[0] as number) & 0xf0, 0xc0, 'the rejection is a long-header Initial packet')
+})
+
+t.test('a proposal rejected by the server closes the client with the reason, before any handshake', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.80.4', tls.serverCredentials, {
+    decide: (proposal) => {
+      proposal.reject('unknown target SNI')
+      return null
+    },
+  })
+  const client = dial(t, '127.0.80.4', server.endpoint.port, { credentials: tls.clientCredentials, serverName: 'nobody.example' })
+  const info = await closed(client)
+  t.match(info, { kind: 'peer', app: false, code: APPLICATION_ERROR, reasonText: 'unknown target SNI', established: false })
+  t.equal(server.connections.length, 0)
+  const stats = server.endpoint.stats()
+  t.equal(stats?.rejected, 1, 'counted as rejected')
+  t.equal(stats?.accepted, 0)
+})
+
+t.test('a client without SNI is proposed with sni null', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.80.5', tls.serverCredentials, {
+    decide: (proposal) => {
+      proposal.reject('missing target SNI')
+      return null
+    },
+  })
+  const insecure = ClientCredentials.create({ caPem: null, verify: false })
+  t.teardown(() => { insecure.release() })
+  const client = dial(t, '127.0.80.5', server.endpoint.port, { credentials: insecure, serverName: null })
+  t.match(await closed(client), { kind: 'peer', reasonText: 'missing target SNI' })
+  t.equal(server.proposals[0]?.sni, null)
+})
+
+t.test('a server certificate the client does not trust fails the handshake on the client with a certificate alert', async (t) => {
+  const tls = await engineTls(t)
+  const other = await engineTls(t)
+  const server = listen(t, '127.0.80.6', tls.serverCredentials)
+  const client = dial(t, '127.0.80.6', server.endpoint.port, { credentials: other.clientCredentials })
+  const info = await closed(client)
+  t.match(info, { kind: 'error', established: false })
+  t.ok([42, 43, 44, 45, 46, 48].includes(info.alert), `a certificate alert (${info.alert})`)
+  const accepted = server.connections[0]
+  if (accepted !== undefined) {
+    const atServer = await closed(accepted)
+    t.match(atServer, { kind: 'peer', app: false, established: false }, 'the server hears the alert as a transport close')
+    t.equal(atServer.code, 0x100 + info.alert, 'crypto error = 0x100 + alert')
+  }
+})
+
+t.test('a name the certificate does not cover fails verification; verify off accepts it', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.80.7', tls.serverCredentials)
+  const wrong = dial(t, '127.0.80.7', server.endpoint.port, { credentials: tls.clientCredentials, serverName: 'other.stargate.test' })
+  t.match(await closed(wrong), { kind: 'error', established: false })
+  const insecure = ClientCredentials.create({ caPem: null, verify: false })
+  t.teardown(() => { insecure.release() })
+  const ok = dial(t, '127.0.80.7', server.endpoint.port, { credentials: insecure, serverName: 'other.stargate.test' })
+  await established(ok)
+  t.pass('established without verification')
+})
+
+t.test('mTLS: a server requiring client certificates refuses a client without one and accepts one with a valid one', async (t) => {
+  const tls = await engineTls(t)
+  const { ServerCredentials } = await import('../../lib/quic/credentials.ts')
+  const { createLeaf } = await import('../fixtures/certs.ts')
+  const strict = ServerCredentials.create({ certPem: tls.server.chainPem, keyPem: tls.server.keyPem, clientCaPem: tls.ca.certPem })
+  t.teardown(() => { strict.release() })
+  const server = listen(t, '127.0.80.8', strict)
+  const anonymous = dial(t, '127.0.80.8', server.endpoint.port, { credentials: tls.clientCredentials })
+  // TLS 1.3: the client's handshake is complete once it sent Finished; the server's refusal
+  // (certificate_required, alert 116) arrives after that as a crypto error close.
+  t.match(await closed(anonymous), { kind: 'peer', app: false, code: 0x100 + 116 }, 'the client is closed with certificate_required')
+  const refusedAtServer = server.connections[0]
+  if (refusedAtServer === undefined) throw new Error('no server connection')
+  t.match(await closed(refusedAtServer), { kind: 'error', established: false, alert: 116 }, 'the server never established it')
+  const pylon = await createLeaf(tls.ca, { dnsNames: ['pylon.test'], clientAuth: true })
+  const withCert = ClientCredentials.create({ caPem: tls.ca.certPem, verify: true, certPem: pylon.chainPem, keyPem: pylon.keyPem })
+  t.teardown(() => { withCert.release() })
+  const client = dial(t, '127.0.80.8', server.endpoint.port, { credentials: withCert })
+  await established(client)
+  const accepted = server.connections.at(-1)
+  if (accepted === undefined) throw new Error('no connection')
+  await established(accepted)
+  const chain = accepted.peerCertificates()
+  t.equal(chain.length, 1, 'the server sees the client certificate chain')
+  t.ok(chain[0]?.equals(Buffer.from(pylon.x509.raw)), 'the leaf, as DER')
+})

@@ -1,0 +1,185 @@
+/**
+ * Issue 15: the engine interoperates with an independent QUIC implementation in both roles:
+ * Debian's ngtcp2 example programs (GnuTLS builds, packages ngtcp2-client / ngtcp2-server),
+ * which speak HTTP/3 (ALPN h3). The few HTTP/3 bytes needed for one GET are written by hand
+ * here (RFC 9114 frames, RFC 9204 QPACK static-table fields; test code, not the product's).
+ *
+ * gtlsclient sends the <HOST> argument as SNI when it is a DNS name and "localhost" for an IP.
+ */
+import t from 'tap'
+import { spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { createSocket } from 'node:dgram'
+import { access, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { closed, dial, engineTls, established, listen, readToEnd, sha256, type Teardown } from '../fixtures/quic-engine.ts'
+import { varint } from '../fixtures/quic-initial.ts'
+import { waitFor } from '../fixtures/wait.ts'
+import type { QuicStream } from '../../lib/quic/stream.ts'
+
+const CLIENT = '/usr/bin/gtlsclient'
+const SERVER = '/usr/sbin/gtlsserver'
+
+async function present (path: string): Promise<boolean> {
+  try {
+    await access(path)
+    return true
+  } catch {
+    return false
+  }
+}
+
+const missing = !await present(CLIENT) || !await present(SERVER)
+  ? `ngtcp2 examples not installed (${CLIENT}, ${SERVER}): apt-get install ngtcp2-client ngtcp2-server`
+  : false
+
+function run (t: Teardown, command: string, args: readonly string[]): { child: ChildProcess, output: () => string, exited: Promise<number | null> } {
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
+  const exited = new Promise<number | null>((resolve) => { child.on('close', (code) => { resolve(code) }) })
+  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
+  return { child, output: () => output, exited }
+}
+
+/** An HTTP/3 frame: type, length, payload (RFC 9114 §7.1). */
+function frame (type: number, payload: Buffer): Buffer {
+  return Buffer.concat([varint(type), varint(payload.length), payload])
+}
+
+/** A QPACK string literal without Huffman coding, with an n-bit length prefix and flag bits above it. */
+function qpackString (value: string, flags: number, prefixBits: number): Buffer {
+  const bytes = Buffer.from(value, 'latin1')
+  const max = (1 << prefixBits) - 1
+  if (bytes.length < max) return Buffer.concat([Buffer.from([flags | bytes.length]), bytes])
+  let rest = bytes.length - max
+  const out = [flags | max]
+  while (rest >= 128) {
+    out.push((rest & 0x7f) | 0x80)
+    rest >>= 7
+  }
+  out.push(rest)
+  return Buffer.concat([Buffer.from(out), bytes])
+}
+
+/** A GET request's field section: static entries :method GET (17), :scheme https (23), and
+    :authority (0) / :path (1) as literals with a static name reference (RFC 9204 §4.5.4). */
+function getHeaders (authority: string, path: string): Buffer {
+  return Buffer.concat([
+    Buffer.from([0x00, 0x00, 0xc0 | 17, 0xc0 | 23]),
+    Buffer.from([0x50 | 0]), qpackString(authority, 0, 7),
+    Buffer.from([0x50 | 1]), qpackString(path, 0, 7),
+  ])
+}
+
+/** The DATA payloads of an HTTP/3 response stream, concatenated. */
+function dataOf (stream: Buffer): Buffer {
+  const parts: Buffer[] = []
+  let at = 0
+  const read = (): number => {
+    const first = stream[at] as number
+    const size = 1 << (first >> 6)
+    let v = first & 0x3f
+    for (let i = 1; i < size; i++) v = v * 256 + (stream[at + i] as number)
+    at += size
+    return v
+  }
+  while (at < stream.length) {
+    const type = read()
+    const length = read()
+    if (type === 0x00) parts.push(stream.subarray(at, at + length))
+    at += length
+  }
+  return Buffer.concat(parts)
+}
+
+async function tempDir (t: Teardown): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'sg-engine-interop-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  return dir
+}
+
+t.test('gtlsclient (ngtcp2 + GnuTLS) downloads a file over HTTP/3 from the engine as server', { skip: missing }, async (t) => {
+  const tls = await engineTls(t, ['localhost'])
+  const body = randomBytes(1024 * 1024 + 7)
+  const requests: Buffer[] = []
+  const server = listen(t, '127.0.87.1', tls.serverCredentials, {
+    decide: (proposal) => proposal.alpn.includes('h3') ? proposal.accept({ credentials: tls.serverCredentials, alpn: ['h3'] }) : (proposal.reject('h3 only'), null),
+    onConnection: (conn) => {
+      conn.once('established', () => {
+        // Our control stream: type 0x00 and an empty SETTINGS frame (RFC 9114 §6.2.1).
+        conn.openStream(false)?.write(Buffer.concat([varint(0x00), frame(0x04, Buffer.alloc(0))]))
+      })
+      conn.on('stream', (stream: QuicStream) => {
+        if (!stream.bidi) {
+          readToEnd(stream).then(() => {}, () => {})
+          return
+        }
+        readToEnd(stream).then(({ data }) => {
+          requests.push(data)
+          // :status 200 is static entry 25.
+          const response = Buffer.concat([frame(0x01, Buffer.from([0x00, 0x00, 0xc0 | 25])), frame(0x00, body)])
+          let offset = 0
+          const pump = (): void => {
+            while (offset < response.length) {
+              const n = stream.write(response.subarray(offset, offset + 65536))
+              if (n <= 0) return
+              offset += n
+            }
+            stream.end()
+          }
+          stream.handler = { onWritable: pump }
+          pump()
+        }, () => {})
+      })
+    },
+  })
+  const dir = await tempDir(t)
+  const downloads = join(dir, 'downloads')
+  await mkdir(downloads)
+  const client = run(t, CLIENT, ['--quiet', '--exit-on-all-streams-close', '--download', downloads, '--timeout', '10s',
+    '127.0.87.1', String(server.endpoint.port), `https://localhost:${server.endpoint.port}/model.bin`])
+  const code = await Promise.race([client.exited, new Promise<'timeout'>((resolve) => { setTimeout(() => { resolve('timeout') }, 20_000).unref() })])
+  t.equal(code, 0, `gtlsclient exited cleanly (${client.output().slice(-400)})`)
+  t.equal(server.proposals[0]?.sni, 'localhost', 'gtlsclient sent SNI localhost')
+  t.same(server.proposals[0]?.alpn, ['h3'], 'and offered h3')
+  t.equal(server.connections[0]?.alpn, 'h3', 'h3 negotiated')
+  t.equal(requests[0]?.[0], 0x01, 'the request stream starts with an HTTP/3 HEADERS frame')
+  t.equal(sha256(await readFile(join(downloads, 'model.bin'))), sha256(body), 'the 1 MiB body arrived intact')
+})
+
+t.test('the engine as client downloads a file over HTTP/3 from gtlsserver (ngtcp2 + GnuTLS)', { skip: missing }, async (t) => {
+  const tls = await engineTls(t, ['localhost'])
+  const dir = await tempDir(t)
+  const htdocs = join(dir, 'htdocs')
+  await mkdir(htdocs)
+  const body = randomBytes(2 * 1024 * 1024 + 3)
+  await writeFile(join(htdocs, 'weights.bin'), body)
+  await writeFile(join(dir, 'key.pem'), tls.server.keyPem)
+  await writeFile(join(dir, 'cert.pem'), tls.server.chainPem)
+  const probe = createSocket('udp4')
+  await new Promise<void>((resolve) => { probe.bind(0, '127.0.87.2', resolve) })
+  const port = probe.address().port
+  await new Promise<void>((resolve) => { probe.close(() => { resolve() }) })
+  const server = run(t, SERVER, ['--quiet', '-d', htdocs, '127.0.87.2', String(port), join(dir, 'key.pem'), join(dir, 'cert.pem')])
+  // gtlsserver binds asynchronously: dial until a handshake completes.
+  const conn = await waitFor(async () => {
+    const attempt = dial(t, '127.0.87.2', port, { credentials: tls.clientCredentials, serverName: 'localhost', alpn: ['h3'], transport: { handshakeTimeoutMs: 2000 } })
+    await established(attempt)
+    return attempt
+  }, { timeoutMs: 15_000, message: `a handshake with gtlsserver (${server.output().slice(-200)})` })
+  t.equal(conn.alpn, 'h3', 'h3 negotiated with gtlsserver')
+  conn.on('stream', (stream) => { readToEnd(stream).then(() => {}, () => {}) })
+  conn.openStream(false)?.write(Buffer.concat([varint(0x00), frame(0x04, Buffer.alloc(0))]))
+  const request = conn.openStream(true)
+  if (request === null) throw new Error('no stream')
+  t.ok(request.end(frame(0x01, getHeaders('localhost', '/weights.bin'))), 'GET sent')
+  const response = await readToEnd(request)
+  t.equal(response.end, 'fin')
+  t.equal(response.data[0], 0x01, 'the response starts with HEADERS')
+  t.equal(sha256(dataOf(response.data)), sha256(body), 'the 2 MiB body arrived intact')
+  conn.close(0x100, '')
+  t.match(await closed(conn), { kind: 'local' })
+})

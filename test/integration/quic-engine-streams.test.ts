@@ -1,0 +1,173 @@
+/**
+ * Issue 15: what the raw QUIC relay needs of the engine's streams, engine to engine over
+ * loopback with no ALPN: bidi and uni streams opened by either side, bytes intact, FIN,
+ * RESET_STREAM and STOP_SENDING with their codes, close codes and reasons both ways, datagrams,
+ * flow control that holds a writer back instead of buffering, stream limits with a
+ * "streams available" signal, and idle timeout versus keep-alive.
+ */
+import t from 'tap'
+import { randomBytes } from 'node:crypto'
+import { closed, dial, echoStreams, engineTls, established, listen, nextStream, readToEnd, sha256, writeAll, type Teardown } from '../fixtures/quic-engine.ts'
+import { waitFor } from '../fixtures/wait.ts'
+import type { QuicConnection } from '../../lib/quic/connection.ts'
+import type { TransportOptions } from '../../lib/quic/engine.ts'
+
+async function pair (t: Teardown, host: string, transport?: TransportOptions): Promise<{ client: QuicConnection, server: QuicConnection }> {
+  const tls = await engineTls(t)
+  const listening = listen(t, host, tls.serverCredentials, transport === undefined ? {} : { transport })
+  const client = dial(t, host, listening.endpoint.port, { credentials: tls.clientCredentials, ...(transport === undefined ? {} : { transport }) })
+  await established(client)
+  const server = await waitFor(() => listening.connections[0])
+  await established(server)
+  return { client, server }
+}
+
+t.test('bidi streams opened by either side carry 8 MiB intact both ways', async (t) => {
+  const { client, server } = await pair(t, '127.0.81.1')
+  echoStreams(server)
+  echoStreams(client)
+  const payload = randomBytes(8 * 1024 * 1024)
+  const fromClient = client.openStream()
+  const fromServer = server.openStream()
+  if (fromClient === null || fromServer === null) throw new Error('no stream')
+  t.equal(fromClient.id, 0, 'the client opens stream 0')
+  t.equal(fromServer.id, 1, 'the server opens stream 1')
+  const echoes = [readToEnd(fromClient), readToEnd(fromServer)]
+  await Promise.all([writeAll(fromClient, payload), writeAll(fromServer, payload)])
+  for (const [i, echo] of echoes.entries()) {
+    const { data, end } = await echo
+    t.equal(end, 'fin', `stream ${i}: ended with FIN`)
+    t.equal(sha256(data), sha256(payload), `stream ${i}: 8 MiB echoed byte-exact`)
+  }
+})
+
+t.test('uni streams are delivered both ways, FIN included', async (t) => {
+  const { client, server } = await pair(t, '127.0.81.2')
+  const data = randomBytes(300 * 1024)
+  const atServer = nextStream(server)
+  const up = client.openStream(false)
+  if (up === null) throw new Error('no stream')
+  await writeAll(up, data)
+  const received = await atServer
+  t.equal(received.id, 2, 'client uni stream 2')
+  t.notOk(received.writable, 'a peer uni stream cannot be written')
+  t.equal(sha256((await readToEnd(received)).data), sha256(data))
+  const atClient = nextStream(client)
+  const down = server.openStream(false)
+  if (down === null) throw new Error('no stream')
+  t.ok(down.end(Buffer.from('only a FIN after this')), 'data and FIN in one call')
+  t.equal((await readToEnd(await atClient)).data.toString(), 'only a FIN after this')
+})
+
+t.test('RESET_STREAM and STOP_SENDING reach the peer with their codes', async (t) => {
+  const { client, server } = await pair(t, '127.0.81.3')
+  const s = client.openStream()
+  if (s === null) throw new Error('no stream')
+  const atServer = nextStream(server)
+  s.write(Buffer.from('partial'))
+  const peer = await atServer
+  const ended = readToEnd(peer)
+  s.reset(77)
+  t.same((await ended).end, { reset: 77 }, 'the server sees the reset code')
+
+  const s2 = client.openStream()
+  if (s2 === null) throw new Error('no stream')
+  const atServer2 = nextStream(server)
+  s2.write(Buffer.from('first'))
+  const peer2 = await atServer2
+  const stopped = new Promise<number>((resolve) => { s2.handler = { onStopSending: (_s, code) => { resolve(code) } } })
+  peer2.stopSending(9)
+  t.equal(await stopped, 9, 'the client sees STOP_SENDING with its code')
+  t.equal(s2.write(Buffer.from('more')), -1, 'and can write no more')
+  // The client's engine answered STOP_SENDING with RESET_STREAM, same code (RFC 9000 §3.5).
+  await waitFor(() => peer2.resetCode === 9, { message: 'the reset answering STOP_SENDING' })
+  t.pass('the server sees the RESET_STREAM that answers its STOP_SENDING')
+})
+
+t.test('connection close code and reason reach the peer, application and transport', async (t) => {
+  const first = await pair(t, '127.0.81.4')
+  first.client.close(0x1234, 'pylon shutting down')
+  t.match(await closed(first.server), { kind: 'peer', app: true, code: 0x1234, reasonText: 'pylon shutting down', established: true })
+  t.match(await closed(first.client), { kind: 'local', app: true, code: 0x1234 })
+  const second = await pair(t, '127.0.81.5')
+  second.server.close(0x0a, 'protocol violation', false)
+  t.match(await closed(second.client), { kind: 'peer', app: false, code: 0x0a, reasonText: 'protocol violation' })
+})
+
+t.test('datagrams cross both ways when both sides negotiated them', async (t) => {
+  const { client, server } = await pair(t, '127.0.81.6')
+  t.ok(client.datagrams && server.datagrams)
+  const got: string[] = []
+  server.on('datagram', (d) => { got.push(d.toString()); server.sendDatagram(Buffer.concat([Buffer.from('echo:'), d])) })
+  const back: string[] = []
+  client.on('datagram', (d) => { back.push(d.toString()) })
+  for (let i = 0; i < 20; i++) t.ok(client.sendDatagram(Buffer.from(`dgram ${i}`)), `queued ${i}`)
+  await waitFor(() => back.length >= 15, { message: 'most datagrams echoed (they are unreliable, loopback loses none in practice)' })
+  t.ok(got.every((g) => g.startsWith('dgram ')))
+  const noDatagrams = await pair(t, '127.0.81.7', { datagrams: false })
+  t.notOk(noDatagrams.client.datagrams, 'not negotiated when a side disabled them')
+  t.notOk(noDatagrams.client.sendDatagram(Buffer.from('x')), 'and not sent')
+})
+
+t.test('a reader that stops reading holds the writer back: the addon takes a bounded amount, then more once read', async (t) => {
+  const window = 256 * 1024
+  const { client, server } = await pair(t, '127.0.81.8', { initialMaxStreamData: window, maxStreamWindow: window, streamSendLimit: 128 * 1024 })
+  const s = client.openStream()
+  if (s === null) throw new Error('no stream')
+  const atServer = nextStream(server)
+  const big = randomBytes(4 * 1024 * 1024)
+  let offset = 0
+  let writable = 0
+  s.handler = { onWritable: () => { writable++ } }
+  const fill = (): void => {
+    for (;;) {
+      const n = s.write(big.subarray(offset, offset + 64 * 1024))
+      if (n <= 0) return
+      offset += n
+    }
+  }
+  fill()
+  const peer = await atServer
+  // The server reads nothing: keep writing until the addon takes no more and nothing is in flight.
+  let last = -1
+  await waitFor(() => {
+    fill()
+    const settled = offset === last && client.stats()?.bytesInFlight === 0
+    last = offset
+    return settled
+  }, { message: 'the writer to be held back' })
+  t.ok(offset <= window + 128 * 1024 + 64 * 1024, `at most window + send limit taken (${offset} bytes)`)
+  t.ok(offset >= window, `at least the window was taken (${offset} bytes)`)
+  const rest = big.subarray(offset)
+  const reading = readToEnd(peer)
+  await writeAll(s, rest)
+  const { data } = await reading
+  t.equal(sha256(data), sha256(big), 'every byte arrived once the reader read')
+  t.ok(writable >= 1, 'onWritable fired when room came back')
+})
+
+t.test('at the peer\'s stream limit openStream returns null; streamsAvailable follows when streams end', async (t) => {
+  const { client, server } = await pair(t, '127.0.81.9', { maxStreamsBidi: 2 })
+  echoStreams(server)
+  const a = client.openStream()
+  const b = client.openStream()
+  t.ok(a !== null && b !== null, 'two streams open')
+  t.equal(client.openStream(), null, 'the third is refused')
+  const available = new Promise<number>((resolve) => { client.once('streamsAvailable', (bidi) => { resolve(bidi) }) })
+  if (a === null || b === null) return
+  const ends = [readToEnd(a), readToEnd(b)]
+  a.end(Buffer.from('a'))
+  b.end(Buffer.from('b'))
+  await Promise.all(ends)
+  t.ok(await available > 0, 'the peer granted more streams')
+  t.not(client.openStream(), null, 'and one opens now')
+})
+
+t.test('idle connections close on both sides after the idle timeout; keep-alive keeps them open', async (t) => {
+  const idle = await pair(t, '127.0.81.10', { idleTimeoutMs: 600 })
+  t.match(await closed(idle.client), { kind: 'idle' })
+  t.match(await closed(idle.server), { kind: 'idle' })
+  const kept = await pair(t, '127.0.81.11', { idleTimeoutMs: 600, keepAliveMs: 150 })
+  await new Promise((resolve) => { setTimeout(resolve, 1500) })
+  t.notOk(kept.client.closed || kept.server.closed, 'still open after 2.5 idle timeouts')
+})
