@@ -14,7 +14,7 @@ import { access, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promise
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { closed, dial, engineTls, established, listen, readToEnd, sha256, type Teardown } from '../fixtures/quic-engine.ts'
-import { varint } from '../fixtures/quic-initial.ts'
+import { encodeVarint as varint, decodeVarint, varintLengthOf } from '../../lib/quic/varint.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import type { QuicStream } from '../../lib/quic/stream.ts'
 
@@ -79,11 +79,8 @@ function dataOf (stream: Buffer): Buffer {
   const parts: Buffer[] = []
   let at = 0
   const read = (): number => {
-    const first = stream[at] as number
-    const size = 1 << (first >> 6)
-    let v = first & 0x3f
-    for (let i = 1; i < size; i++) v = v * 256 + (stream[at + i] as number)
-    at += size
+    const v = decodeVarint(stream, at)
+    at += varintLengthOf(stream[at] as number)
     return v
   }
   while (at < stream.length) {

@@ -1,0 +1,99 @@
+/**
+ * Issue 15: the engine with quinn 0.9 + rustls 0.20, the stack of the real Pylon and Stargate,
+ * configured as they are (test/fixtures/quinn-peer): raw QUIC with no ALPN on either side.
+ * quiche could do neither role (BoringSSL refuses QUIC without ALPN); the engine must do both:
+ * - as server, to a Pylon-like quinn client offering no ALPN;
+ * - as client, to a Stargate-like quinn server that has no ALPN configured (rustls in QUIC
+ *   mode refuses a client that offers one) — so the engine must offer nothing at all.
+ */
+import t from 'tap'
+import { randomBytes } from 'node:crypto'
+import { writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { QuinnPeer, patternSha256, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
+import { createQuicTls } from '../fixtures/quic-tls.ts'
+import { closed, dial, echoStreams, established, listen, nextStream, readToEnd, sha256, writeAll } from '../fixtures/quic-engine.ts'
+import { ClientCredentials, ServerCredentials } from '../../lib/quic/credentials.ts'
+import { waitFor } from '../fixtures/wait.ts'
+
+const skip = await quinnPeerSkip(t)
+
+t.test('a Pylon-like quinn client with no ALPN: the engine serves it, streams both ways byte-exact', { skip }, async (t) => {
+  const tls = await createQuicTls(t, ['*.stargate.external'])
+  const credentials = ServerCredentials.create({ certPem: tls.router.chainPem, keyPem: tls.router.keyPem })
+  t.teardown(() => { credentials.release() })
+  const server = listen(t, '127.0.88.1', credentials, { onConnection: (conn) => { echoStreams(conn) } })
+  const pylon = await QuinnPeer.client(t, { connect: `127.0.88.1:${server.endpoint.port}`, sni: 'stargate-0.stargate.external', caPath: tls.caPath, accept: 'echo' })
+  const connected = await pylon.established(1)
+  t.equal(connected.alpn, null, 'quinn negotiated no ALPN')
+  t.same(server.proposals[0]?.alpn, [], 'the engine saw no ALPN offered')
+  t.equal(server.proposals[0]?.sni, 'stargate-0.stargate.external')
+  const conn = server.connections[0]
+  if (conn === undefined) throw new Error('no connection')
+  await established(conn)
+  t.equal(conn.alpn, null)
+  // The Pylon opens a stream (engine echoes), 8 MiB.
+  const up = await pylon.open(1, 'bi')
+  await pylon.write(1, up, { bytes: 8 << 20, seed: 3 })
+  await pylon.finish(1, up)
+  const echoed = await pylon.recvDone(1, up)
+  t.equal(echoed.sha256, patternSha256(3, 8 << 20), 'the Pylon reads its 8 MiB back')
+  t.ok(echoed.fin)
+  // The engine opens a stream to the Pylon (the reverse tunnel's main direction; quinn echoes).
+  const down = conn.openStream()
+  if (down === null) throw new Error('no stream')
+  const payload = randomBytes(4 << 20)
+  const back = readToEnd(down)
+  await writeAll(down, payload)
+  t.equal(sha256((await back).data), sha256(payload), 'the engine reads 4 MiB back from quinn')
+  // Close with a code and reason.
+  conn.close(0x2a, 'engine done')
+  t.match(await pylon.closed(1), { kind: 'application', by: 'peer', code: 0x2a, reason: 'engine done' })
+})
+
+t.test('a Stargate-like quinn server with no ALPN: the engine dials it offering none, and takes its streams', { skip }, async (t) => {
+  const tls = await createQuicTls(t, ['*.stargate.external'])
+  const certPath = join(tls.dir, 'stargate.crt')
+  const keyPath = join(tls.dir, 'stargate.key')
+  await writeFile(certPath, tls.stargate.chainPem)
+  await writeFile(keyPath, tls.stargate.keyPem)
+  const stargate = await QuinnPeer.server(t, { listen: '127.0.88.2:0', certPath, keyPath, accept: 'echo' })
+  const credentials = ClientCredentials.create({ caPem: tls.ca.certPem, verify: true })
+  t.teardown(() => { credentials.release() })
+  const conn = dial(t, '127.0.88.2', stargate.port, { credentials, serverName: 'stargate-0.stargate.external', alpn: [] })
+  await established(conn)
+  t.equal(conn.alpn, null, 'no ALPN negotiated')
+  t.same((await stargate.waitEvent('client_hello')).alpn, null, 'the engine offered no ALPN extension at all')
+  const { conn: sc } = await stargate.waitEvent('connected')
+  // The Stargate opens a bidi stream to us (the engine echoes) — as it proxies an LLM request.
+  echoStreams(conn)
+  const s = await stargate.open(sc, 'bi')
+  await stargate.write(sc, s, { bytes: 2 << 20, seed: 7 })
+  await stargate.finish(sc, s)
+  t.equal((await stargate.recvDone(sc, s)).sha256, patternSha256(7, 2 << 20), 'its 2 MiB come back intact')
+  // A uni stream from the Stargate arrives with its bytes.
+  conn.removeAllListeners('stream')
+  const atEngine = nextStream(conn)
+  const u = await stargate.open(sc, 'uni')
+  await stargate.write(sc, u, 'one way')
+  await stargate.finish(sc, u)
+  t.equal((await readToEnd(await atEngine)).data.toString(), 'one way')
+  await stargate.close(sc, 7, 'stargate leaving')
+  t.match(await closed(conn), { kind: 'peer', app: true, code: 7, reasonText: 'stargate leaving' })
+})
+
+t.test('offering an ALPN to a no-ALPN quinn server fails the handshake, as with the real Stargate', { skip }, async (t) => {
+  const tls = await createQuicTls(t, ['*.stargate.external'])
+  const certPath = join(tls.dir, 'stargate.crt')
+  const keyPath = join(tls.dir, 'stargate.key')
+  await writeFile(certPath, tls.stargate.chainPem)
+  await writeFile(keyPath, tls.stargate.keyPem)
+  const stargate = await QuinnPeer.server(t, { listen: '127.0.88.3:0', certPath, keyPath })
+  const credentials = ClientCredentials.create({ caPem: tls.ca.certPem, verify: true })
+  t.teardown(() => { credentials.release() })
+  const conn = dial(t, '127.0.88.3', stargate.port, { credentials, serverName: 'stargate-0.stargate.external', alpn: ['h3'] })
+  const info = await closed(conn)
+  t.match(info, { established: false }, 'refused')
+  t.equal(info.code, 0x100 + 120, 'with no_application_protocol (0x178)')
+  await waitFor(() => stargate.events.some((e) => e.ev === 'client_hello'))
+})
