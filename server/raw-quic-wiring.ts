@@ -1,26 +1,22 @@
 /**
- * Raw QUIC reverse tunnels (issue 5): the tunnel port's UDP listener, the quiche Configs it
- * and the upstream dialer use (rebuilt from the TLS manager on reload, SPEC §8), and the relay.
+ * Raw QUIC reverse tunnels (issue 15): the tunnel port's endpoint on the QUIC engine, the TLS
+ * credentials it and the pod dialer use (rebuilt from the TLS manager on reload, SPEC §8), and
+ * the relay.
  *
  * - Server identity: a new identity applies to connections accepted after the reload; open
- *   tunnels keep theirs.
+ *   tunnels keep theirs (the engine frees released credentials when their last connection ends).
  * - Upstream trust (for verifying Stargate pods): the --upstream-tls-cert-path bundle, else the
- *   router's own certificate file (as the Rust router), unless --quic-insecure. A change of
- *   that trust closes tunnels whose Stargate leg was verified under the previous one, after a
- *   short grace (TRUST_CHANGE_GRACE_MS).
+ *   router's own certificate file (as the Rust router), unless --quic-insecure. A change of that
+ *   trust closes tunnels whose Stargate leg was verified under the previous one, after a short
+ *   grace (TRUST_CHANGE_GRACE_MS).
  */
+import { createHash } from 'node:crypto'
 import type { RunningTunnel, TunnelContext } from './tunnels.ts'
-import { QuicDriver } from '../lib/quic/quiche/driver.ts'
-import { QuicServer } from '../lib/quic/quiche/server.ts'
-import { fullGc } from '../lib/quic/quiche/gc.ts'
-import { buildClientConfig, buildServerConfig, ConfigCache, type TransportOptions } from '../lib/quic/quiche/config.ts'
-import type { NativeConfig } from '../lib/quic/quiche/native.ts'
+import { QuicEngine, type TransportOptions } from '../lib/quic/engine.ts'
+import { ClientCredentials, ServerCredentials } from '../lib/quic/credentials.ts'
 import type { TlsState } from '../lib/tls/types.ts'
-import { CLOSE_REASONS, RawQuicRelay, type UpstreamConfig } from '../lib/tunnel/raw-quic-relay.ts'
+import { CLOSE_REASONS, RawQuicRelay, type UpstreamCredentials } from '../lib/tunnel/raw-quic-relay.ts'
 import { TRUST_CHANGE_GRACE_MS } from './tls-wiring.ts'
-
-/** ALPN accepted when a client's ClientHello cannot be read from its first datagram. */
-export const DEFAULT_ALPN: readonly string[] = ['h3']
 
 interface UpstreamTrust {
   /** PEM bundle, or null: nothing to verify against (every dial fails verification). */
@@ -31,21 +27,25 @@ interface UpstreamTrust {
 export async function startRawQuicTunnel (context: TunnelContext): Promise<RunningTunnel> {
   const { config, tls, logger } = context
   const metrics = context.metrics.quic
-  const driver = new QuicDriver({ collectGarbage: fullGc() })
-  const transport: TransportOptions = { idleTimeoutMs: config.relayIdleTimeoutMs }
+  const engine = QuicEngine.shared({
+    onHandlerError: (err) => { logger.error({ err }, 'raw quic: an event handler failed; its connection was closed') },
+  })
+  const transport: TransportOptions = { idleTimeoutMs: config.relayIdleTimeoutMs, keepAliveMs: config.relayKeepAliveMs }
 
-  let serverConfigs: ConfigCache | null = null
-  tls.addConsumer<ConfigCache>({
+  let serverCredentials: ServerCredentials | null = null
+  tls.addConsumer<ServerCredentials>({
     name: 'raw-quic-server',
     dependsOn: ['server_identity'],
     build: (state) => {
       const identity = state.serverIdentity
       if (identity === null) throw new Error('no server identity is active')
-      const cache = new ConfigCache((alpn) => buildServerConfig({ ...transport, certPem: identity.certPem, keyPem: identity.keyPem, alpn }))
-      cache.get(DEFAULT_ALPN) // fails the candidate now if quiche rejects the material
-      return cache
+      // Built now, so material GnuTLS cannot load fails the candidate, not a later handshake.
+      return ServerCredentials.create({ certPem: identity.certPem, keyPem: identity.keyPem })
     },
-    commit: (candidate) => { serverConfigs = candidate },
+    commit: (candidate) => {
+      serverCredentials?.release()
+      serverCredentials = candidate
+    },
   })
 
   const trustOf = (state: TlsState): UpstreamTrust => {
@@ -55,31 +55,22 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     return { caPem: identity !== null && !identity.generated ? identity.certPem : null, verify: true }
   }
   let trust: UpstreamTrust = trustOf(tls.state())
-  let trustGeneration = 1
-  let upstreamConfigs = new Map<string, NativeConfig>()
-  const upstreamConfig = (alpn: string): UpstreamConfig => {
-    let built = upstreamConfigs.get(alpn)
-    if (built === undefined) {
-      built = buildClientConfig({ ...transport, caPem: trust.caPem, verifyPeer: trust.verify, alpn: [alpn === '' ? DEFAULT_ALPN[0] as string : alpn] })
-      if (upstreamConfigs.size >= 64) upstreamConfigs = new Map()
-      upstreamConfigs.set(alpn, built)
-    }
-    return { config: built, generation: trustGeneration }
-  }
-  tls.addConsumer<UpstreamTrust>({
+  let upstream: UpstreamCredentials = { credentials: ClientCredentials.create(trust), generation: 1 }
+  tls.addConsumer<{ trust: UpstreamTrust, credentials: ClientCredentials }>({
     name: 'raw-quic-upstream',
     dependsOn: ['upstream_trust', 'server_identity'],
     build: (state) => {
       const next = trustOf(state)
-      // Built once now so unusable material fails the candidate, not a later dial.
-      buildClientConfig({ ...transport, caPem: next.caPem, verifyPeer: next.verify, alpn: DEFAULT_ALPN })
-      return next
+      return { trust: next, credentials: ClientCredentials.create(next) }
     },
     commit: (candidate, _state, changed) => {
-      if (changed !== null && candidate.caPem === trust.caPem && candidate.verify === trust.verify) return
-      trust = candidate
-      upstreamConfigs = new Map()
-      if (changed !== null) trustGeneration++
+      if (changed !== null && candidate.trust.caPem === trust.caPem && candidate.trust.verify === trust.verify) {
+        candidate.credentials.release()
+        return
+      }
+      trust = candidate.trust
+      upstream.credentials.release()
+      upstream = { credentials: candidate.credentials, generation: upstream.generation + (changed !== null ? 1 : 0) }
     },
   })
   if (trust.verify && trust.caPem === null) {
@@ -87,40 +78,48 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
   }
 
   const relay = new RawQuicRelay({
+    engine,
     snapshot: context.snapshot,
     template: context.template,
-    driver,
-    upstreamConfig,
+    serverCredentials: () => serverCredentials,
+    upstreamCredentials: () => upstream,
+    transport,
     connectTimeoutMs: config.connectTimeoutMs,
-    keepAliveMs: config.relayKeepAliveMs,
     metrics,
     logger,
   })
   tls.onChange((changed) => {
     if (changed !== 'upstream_trust' && changed !== 'server_identity') return
-    const closing = relay.closeGeneration(trustGeneration, TRUST_CHANGE_GRACE_MS)
+    const closing = relay.closeGeneration(upstream.generation, TRUST_CHANGE_GRACE_MS)
     if (closing > 0) logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing raw quic tunnels verified under the previous bundle')
   })
 
-  const server = await QuicServer.listen({
+  const identity = tls.state().serverIdentity
+  const endpoint = engine.listen({
     host: config.reverseTunnelListenAddr.host,
     port: config.reverseTunnelListenAddr.port,
-    driver,
-    configFor: (hello) => {
-      if (serverConfigs === null) throw new Error('no server identity')
-      return serverConfigs.get(hello !== null && hello.alpn.length > 0 ? hello.alpn : DEFAULT_ALPN)
-    },
+    onProposal: (proposal) => { relay.propose(proposal) },
     maxConnections: config.quicMaxConnections,
-    // A Pylon's handshake gets the same bound as the router's own dial to a pod; handshakes
-    // that do not complete in it are dropped, which bounds half-open state with maxConnections.
-    handshakeTimeoutMs: config.connectTimeoutMs,
-    keepAliveMs: config.relayKeepAliveMs,
     retry: config.quicRetry,
-    rawStreams: true,
-    onConnection: (conn) => { relay.accept(conn) },
+    // A Pylon's handshake gets the same bound as the router's dial to a pod.
+    transport: { ...transport, handshakeTimeoutMs: config.connectTimeoutMs },
+    // Stateless reset tokens keyed on the identity's key: after a restart, Pylons of the
+    // previous process are reset at their next packet instead of waiting out the idle timeout.
+    resetSecret: identity === null ? null : createHash('sha256').update('stargate-router stateless reset\0').update(identity.keyPem).digest(),
   })
-  metrics.setEndpointSource(() => ({ connections: server.size, dropped: server.stats().dropped }))
-  const udp = server.address()
+  metrics.setEndpointSource(() => {
+    const stats = endpoint.stats()
+    return {
+      connections: stats === null ? 0 : stats.connections + stats.pending,
+      dropped: {
+        malformed: stats?.dropMalformed ?? 0,
+        unknown_connection: stats?.dropUnknownConnection ?? 0,
+        connection_limit: stats?.dropConnectionLimit ?? 0,
+        invalid_token: stats?.dropInvalidToken ?? 0,
+      },
+    }
+  })
+  const udp = { address: endpoint.address, port: endpoint.port, family: endpoint.address.includes(':') ? 'IPv6' : 'IPv4' }
   logger.info({ udp, retry: config.quicRetry, maxConnections: config.quicMaxConnections, upstreamVerify: trust.verify }, 'raw quic tunnel listening')
 
   let closing: Promise<void> | null = null
@@ -132,9 +131,11 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
       closing ??= (async () => {
         relay.stopAccepting()
         relay.closeAll(CLOSE_REASONS.shutdown)
-        await server.close(0, CLOSE_REASONS.shutdown)
-        // The CONNECTION_CLOSE frames are out; no draining period for a process that is leaving.
-        driver.destroyAll()
+        // The CONNECTION_CLOSE packets leave synchronously; let one turn pass for the events.
+        await new Promise((resolve) => { setImmediate(resolve) })
+        endpoint.close()
+        serverCredentials?.release()
+        upstream.credentials.release()
       })()
       return closing
     },

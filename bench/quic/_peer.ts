@@ -12,26 +12,25 @@
  *        connections, each sending a <size>-byte request once per second (staggered) for
  *        <seconds>, and prints {"rttsUs":[...],"failed"} at the end
  *
- * Every peer uses the project's driver (lib/quic) with 1350-byte packets. QUIC_SOCKET_BUFFER
- * (bytes) overrides the dialing peers' socket buffer size (lib/quic/client.ts default).
+ * Every peer uses the project's QUIC engine (lib/quic) with 1350-byte packets and no ALPN.
+ * QUIC_SOCKET_BUFFER (bytes) overrides the dialing peers' socket buffer size.
  */
 import { readFileSync } from 'node:fs'
-import { QuicDriver } from '../../lib/quic/quiche/driver.ts'
-import { QuicServer } from '../../lib/quic/quiche/server.ts'
-import { connectQuic } from '../../lib/quic/quiche/client.ts'
-import { buildClientConfig, buildServerConfig } from '../../lib/quic/quiche/config.ts'
-import type { QuicConnection } from '../../lib/quic/quiche/connection.ts'
-import type { QuicStream } from '../../lib/quic/quiche/stream.ts'
+import { QuicEngine } from '../../lib/quic/engine.ts'
+import { ClientCredentials, ServerCredentials } from '../../lib/quic/credentials.ts'
+import type { QuicConnection } from '../../lib/quic/connection.ts'
+import { QuicDuplex } from '../../lib/quic/stream-duplex.ts'
 
 const IDLE_MS = 60_000
 const CHUNK = Buffer.alloc(64 * 1024, 0x5a)
 const [mode, ...args] = process.argv.slice(2)
+const engine = QuicEngine.shared()
 
 function emit (value: unknown): void {
   process.stdout.write(JSON.stringify(value) + '\n')
 }
 
-function send (stream: QuicStream, bytes: number): void {
+function send (stream: QuicDuplex, bytes: number): void {
   let left = bytes
   const pump = (): void => {
     while (left > 0) {
@@ -47,7 +46,7 @@ function send (stream: QuicStream, bytes: number): void {
   pump()
 }
 
-function collect (stream: QuicStream): Promise<Buffer> {
+function collect (stream: QuicDuplex): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
     stream.on('data', (c: Buffer) => { chunks.push(c) })
@@ -56,36 +55,37 @@ function collect (stream: QuicStream): Promise<Buffer> {
   })
 }
 
-async function dial (driver: QuicDriver, port: number, sni: string): Promise<QuicConnection> {
-  const conn = await connectQuic({
-    driver,
-    address: '127.0.0.1',
-    port,
-    serverName: sni,
-    config: buildClientConfig({ idleTimeoutMs: IDLE_MS, caPem: null, verifyPeer: false, alpn: ['stargate-bench'] }),
-    handshakeTimeoutMs: 30_000,
-    ...(process.env.QUIC_SOCKET_BUFFER === undefined ? {} : { socketBufferBytes: Number(process.env.QUIC_SOCKET_BUFFER) }),
-  })
+const insecure = ClientCredentials.create({ caPem: null, verify: false })
+
+async function dial (port: number, sni: string): Promise<QuicConnection> {
+  const buffer = process.env.QUIC_SOCKET_BUFFER === undefined ? {} : { recvBuffer: Number(process.env.QUIC_SOCKET_BUFFER), sendBuffer: Number(process.env.QUIC_SOCKET_BUFFER) }
+  const conn = engine.connect({ address: '127.0.0.1', port, serverName: sni, alpn: [], credentials: insecure, transport: { idleTimeoutMs: IDLE_MS, handshakeTimeoutMs: 30_000 }, ...buffer })
   await new Promise<void>((resolve, reject) => {
     conn.once('established', resolve)
-    conn.once('close', (info) => { reject(new Error(`closed before established: ${info.reason}`)) })
+    conn.once('close', (info) => { reject(new Error(`closed before established: ${info.reasonText}`)) })
   })
   return conn
 }
 
+function openStream (conn: QuicConnection): QuicDuplex | null {
+  const stream = conn.openStream()
+  return stream === null ? null : new QuicDuplex(stream)
+}
+
 if (mode === 'server') {
   const [ip = '127.0.0.1', certPath = '', keyPath = ''] = args
-  const certPem = readFileSync(certPath, 'utf8')
-  const keyPem = readFileSync(keyPath, 'utf8')
-  const driver = new QuicDriver()
-  const server = await QuicServer.listen({
+  const credentials = ServerCredentials.create({ certPem: readFileSync(certPath, 'utf8'), keyPem: readFileSync(keyPath, 'utf8') })
+  const endpoint = engine.listen({
     host: ip,
     port: 0,
-    driver,
     maxConnections: 20_000,
-    configFor: (hello) => buildServerConfig({ idleTimeoutMs: IDLE_MS, certPem, keyPem, alpn: hello !== null && hello.alpn.length > 0 ? hello.alpn : ['stargate-bench'] }),
-    onConnection: (conn) => {
-      conn.on('stream', (stream) => {
+    retryThreshold: 20_000,
+    maxHalfOpenPerAddress: 20_000,
+    transport: { idleTimeoutMs: IDLE_MS },
+    onProposal: (proposal) => {
+      const conn = proposal.accept({ credentials, alpn: proposal.alpn })
+      conn?.on('stream', (quicStream) => {
+        const stream = new QuicDuplex(quicStream)
         stream.on('error', () => {})
         collect(stream).then((request) => {
           const text = request.toString('latin1')
@@ -95,15 +95,14 @@ if (mode === 'server') {
       })
     },
   })
-  emit({ port: server.address().port })
+  emit({ port: endpoint.port })
   // Exit cleanly when stopped (so --cpu-prof writes its profile).
   process.once('SIGTERM', () => { process.exit(0) })
 } else if (mode === 'bulk') {
   const [port = '0', sni = '', bytes = '0', count = '1'] = args
-  const driver = new QuicDriver()
   for (let i = 0; i < Number(count); i++) {
-    const conn = await dial(driver, Number(port), sni)
-    const stream = conn.openStream()
+    const conn = await dial(Number(port), sni)
+    const stream = openStream(conn)
     if (stream === null) throw new Error('no stream')
     const started = performance.now()
     let received = 0
@@ -114,20 +113,18 @@ if (mode === 'server') {
       stream.end(bytes)
     })
     const ms = performance.now() - started
-    const { sent, recv, lost } = conn.stats()
-    emit({ bytes: received, ms, rssMiB: process.memoryUsage().rss / 2 ** 20, packets: { sent, recv, lost } })
+    const stats = conn.stats()
+    emit({ bytes: received, ms, rssMiB: process.memoryUsage().rss / 2 ** 20, packets: { sent: stats?.txPackets ?? 0, recv: stats?.rxPackets ?? 0 } })
     conn.close(0, 'done')
   }
-  driver.destroyAll()
   process.exit(0)
 } else if (mode === 'pylons') {
   const [port = '0', countText = '1000', secondsText = '10', sizeText = '4096', sniPrefix = 'stargate-0'] = args
   const count = Number(countText)
   const request = Buffer.alloc(Number(sizeText), 0x61)
-  const driver = new QuicDriver()
   const conns: QuicConnection[] = []
   for (let i = 0; i < count; i += 50) {
-    const batch = await Promise.all(Array.from({ length: Math.min(50, count - i) }, () => dial(driver, Number(port), `${sniPrefix}.stargate.external`)))
+    const batch = await Promise.all(Array.from({ length: Math.min(50, count - i) }, () => dial(Number(port), `${sniPrefix}.stargate.external`)))
     conns.push(...batch)
   }
   emit({ connected: conns.length })
@@ -139,7 +136,7 @@ if (mode === 'server') {
     await new Promise((resolve) => { setTimeout(resolve, (1000 * i) / count) })
     while (performance.now() < until) {
       const next = performance.now() + 1000
-      const stream = conn.openStream()
+      const stream = openStream(conn)
       if (stream === null) { failed++; continue }
       const started = performance.now()
       try {
@@ -153,9 +150,7 @@ if (mode === 'server') {
       await new Promise((resolve) => { setTimeout(resolve, Math.max(0, next - performance.now())) })
     }
   }))
-  const lost = conns.reduce((n, c) => n + c.stats().lost, 0)
-  emit({ rttsUs: rtts, failed, lost, rssMiB: process.memoryUsage().rss / 2 ** 20 })
-  driver.destroyAll()
+  emit({ rttsUs: rtts, failed, rssMiB: process.memoryUsage().rss / 2 ** 20 })
   process.exit(0)
 } else {
   console.error('usage: _peer.ts server|bulk|pylons ...')

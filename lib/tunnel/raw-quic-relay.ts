@@ -1,32 +1,34 @@
 /**
- * The raw QUIC reverse-tunnel relay (SPEC §7): a Pylon's connection, accepted on the tunnel
- * port, is routed by its TLS SNI to a ready Stargate pod and relayed to the pod's quic port.
+ * The raw QUIC reverse-tunnel relay (SPEC §7) on the engine (lib/quic): a Pylon's connection,
+ * proposed by the tunnel port's endpoint, is routed by its SNI to a ready Stargate pod and
+ * relayed to the pod's quic port with the same SNI and exactly the ALPN the Pylon negotiated —
+ * none for none, as real Pylons and Stargates use raw QUIC.
  *
- *   client leg established ─▶ resolveSni(SNI) ─fail─▶ close(0, 'missing target SNI' | …)
- *        │ ok: 'accepted'
+ *   proposal (SNI + ALPN read from the Initial) ─▶ resolveSni ─fail─▶ reject before any handshake
+ *        │ ok: accept with the current identity and the Pylon's own ALPN offer    (missing_sni …)
  *        ▼
- *   dial pod (same SNI, the client's ALPN) ─fail/timeout─▶ close client(0, 'stargate … could not
- *        │ established                                      be reached: …'): 'relay_error'
+ *   client leg established ─▶ resolve again (the pod may have left) ─▶ 'accepted'
  *        ▼
- *   every stream, either direction: opened on the other leg in the order it was announced
- *   (so IDs match), spliced both ways (raw-quic-splice.ts); datagrams when both legs
- *   negotiated them; CONNECTION_CLOSE code and reason carried to the other leg:
- *   'completed' (or 'relay_error' when a leg failed rather than closed)
+ *   dial the pod (same SNI, the negotiated ALPN or none) ─fail/timeout─▶ close the Pylon:
+ *        │ established                                   'stargate <id> could not be reached: …'
+ *        ▼
+ *   every stream, either side: a twin opened on the other leg in stream-ID order (so IDs
+ *   match) and spliced natively; datagrams bridged natively when both legs negotiated them;
+ *   CONNECTION_CLOSE code and reason carried to the other leg: 'completed' or 'relay_error'
  *
- * Streams the client opens while the Stargate leg is still connecting wait unread (quiche
- * flow control holds the client back); datagrams arriving then are dropped (they are
- * unreliable by definition).
+ * Streams the Pylon opens while the pod leg is still connecting wait unread (flow control
+ * holds the Pylon back). Reasons sent to a peer are from CLOSE_REASONS or name the failure by
+ * a short code, never an internal error message (issue 14).
  */
 import type { Logger } from '../log.ts'
 import type { SnapshotReader } from '../discovery/types.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { resolveSni } from '../routing/resolve.ts'
-import type { QuicDriver } from '../quic/quiche/driver.ts'
-import type { QuicCloseInfo, QuicConnection } from '../quic/quiche/connection.ts'
-import type { StreamSlot } from '../quic/quiche/stream-slot.ts'
-import type { NativeConfig } from '../quic/quiche/native.ts'
-import { connectQuic } from '../quic/quiche/client.ts'
-import { StreamSplice, type ByteCounter } from './raw-quic-splice.ts'
+import type { QuicEngine, TransportOptions } from '../quic/engine.ts'
+import type { QuicCloseInfo, QuicConnection } from '../quic/connection.ts'
+import type { QuicProposal } from '../quic/endpoint.ts'
+import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
+import type { QuicStream, QuicStreamHandler } from '../quic/stream.ts'
 import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './raw-quic-metrics.ts'
 
 /** Close reasons (SPEC §7 wire strings), all with application error code 0. */
@@ -36,43 +38,59 @@ export const CLOSE_REASONS = {
   target_unavailable: 'target stargate not ready',
   shutdown: 'router shutdown',
   trust_replaced: 'upstream trust changed',
+  target_left: 'target stargate left the ready set',
 } as const
 
-export interface UpstreamConfig {
-  readonly config: NativeConfig
-  /** Upstream trust generation it was built from (connections under an older one are closed on change). */
+export interface UpstreamCredentials {
+  readonly credentials: ClientCredentials
+  /** Upstream trust generation they were built from (tunnels under an older one are closed on change). */
   readonly generation: number
 }
 
 export interface RawQuicRelayOptions {
+  readonly engine: QuicEngine
   readonly snapshot: SnapshotReader
   readonly template: HostnameTemplate
-  readonly driver: QuicDriver
-  /** The Config to dial a pod with, offering this ALPN protocol (current upstream trust). */
-  readonly upstreamConfig: (alpn: string) => UpstreamConfig
+  /** The identity new Pylon connections get (the current one; hot reload swaps it). */
+  readonly serverCredentials: () => ServerCredentials | null
+  /** How to verify pods (the current upstream trust). */
+  readonly upstreamCredentials: () => UpstreamCredentials
+  /** Transport of both legs (idle timeout, keep-alive). */
+  readonly transport: TransportOptions
   readonly connectTimeoutMs: number
-  readonly keepAliveMs: number
   readonly metrics: RawQuicMetrics
   readonly logger: Logger
 }
 
+type Leg = 'client' | 'upstream'
+
 interface Tunnel {
   readonly client: QuicConnection
-  readonly identity: string
-  readonly generation: number
+  readonly sni: string
+  identity: string
+  generation: number
   upstream: QuicConnection | null
-  /** Client streams announced before the Stargate leg was up. */
-  waiting: StreamSlot[] | null
-  /** Streams waiting for the other leg's stream limit to open. */
-  blocked: Array<{ from: 'client' | 'upstream', slot: StreamSlot }>
+  upstreamReady: boolean
+  /** Pylon streams that arrived before the pod leg was up. */
+  readonly waiting: QuicStream[]
+  /** Per direction: streams waiting for the other leg's stream limit, in order. */
+  readonly blocked: { client: QuicStream[], upstream: QuicStream[] }
+  /** Per direction: the next peer stream id expected, and twins opened ahead for skipped ids. */
+  readonly next: { client: { bidi: number, uni: number }, upstream: { bidi: number, uni: number } }
+  readonly ahead: Map<string, QuicStream>
   ended: boolean
   graceTimer: NodeJS.Timeout | null
+  /** Bytes of legs already gone (their stats are read while they live). */
+  closedBytes: { clientToStargate: number, stargateToClient: number }
 }
+
+/** The splice's end needs nothing from TypeScript: one shared, empty handler. */
+const SPLICED: QuicStreamHandler = {}
 
 export class RawQuicRelay {
   readonly #options: RawQuicRelayOptions
   readonly #tunnels = new Set<Tunnel>()
-  readonly #bytes: ByteCounter = { clientToStargate: 0, stargateToClient: 0 }
+  readonly #ended = { clientToStargate: 0, stargateToClient: 0 }
   #accepting = true
 
   constructor (options: RawQuicRelayOptions) {
@@ -86,17 +104,25 @@ export class RawQuicRelay {
   }
 
   relayedBytes (): RelayedBytes {
-    return { clientToStargate: this.#bytes.clientToStargate, stargateToClient: this.#bytes.stargateToClient }
+    let clientToStargate = this.#ended.clientToStargate
+    let stargateToClient = this.#ended.stargateToClient
+    for (const tunnel of this.#tunnels) {
+      const c = tunnel.client.stats()
+      const u = tunnel.upstream?.stats() ?? null
+      clientToStargate += tunnel.closedBytes.clientToStargate + (c === null ? 0 : c.splicedBytes + c.bridgedBytes)
+      stargateToClient += tunnel.closedBytes.stargateToClient + (u === null ? 0 : u.splicedBytes + u.bridgedBytes)
+    }
+    return { clientToStargate, stargateToClient }
   }
 
-  /** Shutdown has begun: new connections are closed with 'router shutdown' once their handshake completes. */
+  /** Shutdown has begun: new tunnels are refused with 'router shutdown'. */
   stopAccepting (): void {
     this.#accepting = false
   }
 
   /** Closes every tunnel (both legs) with application code 0 and reason. */
   closeAll (reason: string): void {
-    for (const tunnel of [...this.#tunnels]) this.#closeBoth(tunnel, 0, reason, 'completed')
+    for (const tunnel of [...this.#tunnels]) this.#closeBoth(tunnel, reason, 'completed')
   }
 
   /**
@@ -108,154 +134,240 @@ export class RawQuicRelay {
     for (const tunnel of this.#tunnels) {
       if (tunnel.generation >= current || tunnel.graceTimer !== null) continue
       count++
-      tunnel.graceTimer = setTimeout(() => { this.#closeBoth(tunnel, 0, CLOSE_REASONS.trust_replaced, 'completed') }, graceMs)
-      tunnel.graceTimer.unref()
+      this.#closeLater(tunnel, CLOSE_REASONS.trust_replaced, graceMs)
     }
     return count
   }
 
-  /** A client connection whose handshake completed. */
-  accept (client: QuicConnection): void {
+  /** A connection proposed by the tunnel port: route it by SNI before any handshake work. */
+  propose (proposal: QuicProposal): void {
     const { metrics, logger } = this.#options
     if (!this.#accepting) {
-      client.close(0, CLOSE_REASONS.shutdown)
+      proposal.reject(CLOSE_REASONS.shutdown)
       return
     }
-    const sni = client.serverName
-    const route = resolveSni(sni === null ? null : sni.toLowerCase(), this.#options.snapshot.current(), this.#options.template)
+    const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)
     if (!route.ok) {
       metrics.quicConnections.labels(route.reason).inc()
-      client.close(0, CLOSE_REASONS[route.reason])
-      logger.info({ sni, reason: route.reason, remote: client.remote.host }, 'raw quic tunnel rejected')
+      proposal.reject(CLOSE_REASONS[route.reason])
+      logger.info({ sni: proposal.sni, reason: route.reason, remote: proposal.address }, 'raw quic tunnel rejected')
+      return
+    }
+    const credentials = this.#options.serverCredentials()
+    if (credentials === null) {
+      proposal.reject(CLOSE_REASONS.target_unavailable)
+      return
+    }
+    // Exactly what the Pylon offered, including nothing: the server picks from that offer.
+    const client = proposal.accept({ credentials, alpn: proposal.alpn, transport: this.#options.transport })
+    if (client === null) return
+    const tunnel: Tunnel = {
+      client,
+      sni: proposal.sni ?? '',
+      identity: route.target.identity,
+      generation: 0,
+      upstream: null,
+      upstreamReady: false,
+      waiting: [],
+      blocked: { client: [], upstream: [] },
+      next: { client: { bidi: 0, uni: 2 }, upstream: { bidi: 1, uni: 3 } },
+      ahead: new Map(),
+      ended: false,
+      graceTimer: null,
+      closedBytes: { clientToStargate: 0, stargateToClient: 0 },
+    }
+    client.data = tunnel
+    client.on('stream', (stream) => { this.#onStream(tunnel, 'client', stream) })
+    client.once('established', () => { this.#onClientEstablished(tunnel) })
+    client.once('close', (info) => { this.#onLegClosed(tunnel, 'client', info) })
+    client.on('streamsAvailable', () => { this.#retryBlocked(tunnel, 'upstream') })
+  }
+
+  #onClientEstablished (tunnel: Tunnel): void {
+    const { metrics, logger } = this.#options
+    if (!this.#accepting) {
+      tunnel.client.close(0, CLOSE_REASONS.shutdown)
+      return
+    }
+    // Routed again: the pod may have left the ready set during the handshake.
+    const route = resolveSni(tunnel.sni, this.#options.snapshot.current(), this.#options.template)
+    if (!route.ok) {
+      metrics.quicConnections.labels(route.reason).inc()
+      tunnel.client.close(0, CLOSE_REASONS[route.reason])
       return
     }
     const target = route.target
+    tunnel.identity = target.identity
     metrics.quicConnections.labels('accepted').inc()
     metrics.quicRelayConnectionsActive.inc()
-    const upstreamConfig = this.#options.upstreamConfig(client.alpn)
-    const tunnel: Tunnel = { client, identity: target.identity, generation: upstreamConfig.generation, upstream: null, waiting: [], blocked: [], ended: false, graceTimer: null }
     this.#tunnels.add(tunnel)
-    client.on('slot', (slot) => { this.#onSlot(tunnel, 'client', slot) })
-    client.on('datagram', (data) => {
-      const upstream = tunnel.upstream
-      if (upstream !== null && upstream.established && upstream.sendDatagram(data)) this.#bytes.clientToStargate += data.length
-    })
-    client.on('close', (info) => { this.#onLegClosed(tunnel, 'client', info) })
-    connectQuic({
-      driver: this.#options.driver,
-      address: target.address,
-      port: target.quicPort,
-      serverName: sni,
-      config: upstreamConfig.config,
-      handshakeTimeoutMs: this.#options.connectTimeoutMs,
-      keepAliveMs: this.#options.keepAliveMs,
-      rawStreams: true,
-    }).then((upstream) => {
-      if (tunnel.ended) {
-        upstream.close(0, tunnel.client.closeInfo?.reason ?? 'client closed')
-        return
-      }
-      tunnel.upstream = upstream
-      upstream.on('established', () => { this.#onUpstreamEstablished(tunnel) })
-      upstream.on('slot', (slot) => { this.#onSlot(tunnel, 'upstream', slot) })
-      upstream.on('datagram', (data) => {
-        if (client.datagrams && client.sendDatagram(data)) this.#bytes.stargateToClient += data.length
+    const upstreamCredentials = this.#options.upstreamCredentials()
+    tunnel.generation = upstreamCredentials.generation
+    const alpn = tunnel.client.alpn
+    let upstream: QuicConnection
+    try {
+      upstream = this.#options.engine.connect({
+        address: target.address,
+        port: target.quicPort,
+        serverName: tunnel.sni,
+        alpn: alpn === null ? [] : [alpn],
+        credentials: upstreamCredentials.credentials,
+        transport: { ...this.#options.transport, handshakeTimeoutMs: this.#options.connectTimeoutMs },
       })
-      upstream.on('close', (info) => { this.#onLegClosed(tunnel, 'upstream', info) })
-    }, (err: unknown) => {
-      this.#closeBoth(tunnel, 0, `stargate ${target.identity} could not be reached: ${err instanceof Error ? err.message : String(err)}`, 'relay_error')
-    })
-    logger.debug({ sni, target: target.identity, alpn: client.alpn, remote: client.remote.host }, 'raw quic tunnel accepted')
+    } catch (err) {
+      logger.warn({ target: target.identity, err: err instanceof Error ? err.message : String(err) }, 'raw quic tunnel: dialing the stargate failed')
+      this.#closeBoth(tunnel, `stargate ${target.identity} could not be reached: dial failed`, 'relay_error')
+      return
+    }
+    tunnel.upstream = upstream
+    upstream.data = tunnel
+    upstream.on('stream', (stream) => { this.#onStream(tunnel, 'upstream', stream) })
+    upstream.once('established', () => { this.#onUpstreamEstablished(tunnel) })
+    upstream.once('close', (info) => { this.#onLegClosed(tunnel, 'upstream', info) })
+    upstream.on('streamsAvailable', () => { this.#retryBlocked(tunnel, 'client') })
+    logger.debug({ sni: tunnel.sni, target: target.identity, alpn, remote: tunnel.client.remoteAddress }, 'raw quic tunnel accepted')
   }
 
   #onUpstreamEstablished (tunnel: Tunnel): void {
-    const waiting = tunnel.waiting ?? []
-    tunnel.waiting = null
-    for (const slot of waiting) this.#bridge(tunnel, 'client', slot)
-    this.#options.logger.debug({ target: tunnel.identity, alpn: tunnel.upstream?.alpn, datagrams: tunnel.client.datagrams && tunnel.upstream?.datagrams }, 'raw quic tunnel relaying')
-  }
-
-  #onSlot (tunnel: Tunnel, from: 'client' | 'upstream', slot: StreamSlot): void {
-    if (from === 'client' && tunnel.waiting !== null) {
-      tunnel.waiting.push(slot)
-      return
-    }
-    this.#bridge(tunnel, from, slot)
-  }
-
-  /** Opens slot's twin on the other leg (same direction kind, next ID) and splices them. */
-  #bridge (tunnel: Tunnel, from: 'client' | 'upstream', slot: StreamSlot): void {
     const upstream = tunnel.upstream
     if (upstream === null || tunnel.ended) return
-    // Order is kept: while one stream waits for the stream limit, later ones queue behind it.
-    if (tunnel.blocked.length > 0) {
-      tunnel.blocked.push({ from, slot })
-      return
-    }
-    const other = from === 'client' ? upstream : tunnel.client
-    const twin = other.openSlot(slot.bidi)
-    if (twin === null) {
-      tunnel.blocked.push({ from, slot })
-      this.#retryBlocked(tunnel)
-      return
-    }
-    if (from === 'client') new StreamSplice(tunnel.client, slot, upstream, twin, this.#bytes)
-    else new StreamSplice(tunnel.client, twin, upstream, slot, this.#bytes)
+    tunnel.upstreamReady = true
+    for (const stream of tunnel.waiting.splice(0)) this.#bridge(tunnel, 'client', stream)
+    const datagrams = tunnel.client.datagrams && upstream.datagrams
+    if (datagrams) tunnel.client.bridgeDatagrams(upstream, 'raw')
+    this.#options.logger.debug({ target: tunnel.identity, alpn: upstream.alpn, datagrams }, 'raw quic tunnel relaying')
   }
 
-  /** Polls the other leg's stream limit while streams wait for it (MAX_STREAMS has no event). */
-  #retryBlocked (tunnel: Tunnel): void {
-    const timer = setTimeout(() => {
-      const queue = tunnel.blocked
-      tunnel.blocked = []
-      for (const { from, slot } of queue) this.#bridge(tunnel, from, slot)
-    }, 5)
-    timer.unref()
-  }
-
-  #onLegClosed (tunnel: Tunnel, leg: 'client' | 'upstream', info: QuicCloseInfo): void {
+  #onStream (tunnel: Tunnel, from: Leg, stream: QuicStream): void {
     if (tunnel.ended) return
+    if (from === 'client' && !tunnel.upstreamReady) {
+      tunnel.waiting.push(stream)
+      return
+    }
+    this.#bridge(tunnel, from, stream)
+  }
+
+  /**
+   * Splices a peer stream to its twin on the other leg. Twins are opened in stream-ID order:
+   * when a stream arrives ahead of a lower one of its kind (reordered packets), the twins of
+   * the lower ones are opened first and kept for them, so the IDs on both legs match.
+   */
+  #bridge (tunnel: Tunnel, from: Leg, stream: QuicStream): void {
+    const blocked = tunnel.blocked[from]
+    if (blocked.length > 0) {
+      blocked.push(stream)
+      return
+    }
+    const other = from === 'client' ? tunnel.upstream : tunnel.client
+    if (other === null) return
+    const ahead = tunnel.ahead.get(`${from}:${stream.id}`)
+    let twin: QuicStream | null = ahead ?? null
+    if (twin === null) {
+      const next = tunnel.next[from]
+      const kind = stream.bidi ? 'bidi' : 'uni'
+      while (next[kind] < stream.id) {
+        const skipped = other.openStream(stream.bidi)
+        if (skipped === null) break
+        tunnel.ahead.set(`${from}:${next[kind]}`, skipped)
+        next[kind] += 4
+      }
+      if (next[kind] <= stream.id) {
+        twin = next[kind] === stream.id ? other.openStream(stream.bidi) : null
+        if (twin === null) {
+          blocked.push(stream)
+          return
+        }
+        next[kind] = stream.id + 4
+      }
+    } else {
+      tunnel.ahead.delete(`${from}:${stream.id}`)
+    }
+    if (twin === null) return
+    stream.handler = SPLICED
+    twin.handler = SPLICED
+    if (!stream.splice(twin)) {
+      stream.reset(0)
+      stream.stopSending(0)
+      twin.reset(0)
+    }
+  }
+
+  /** The other leg granted more streams: bridge the ones waiting for it, in order. */
+  #retryBlocked (tunnel: Tunnel, from: Leg): void {
+    const queue = tunnel.blocked[from].splice(0)
+    for (let i = 0; i < queue.length; i++) {
+      this.#bridge(tunnel, from, queue[i] as QuicStream)
+      if (tunnel.blocked[from].length > 0) {
+        // Blocked again: the rest keep their place behind it.
+        tunnel.blocked[from].push(...queue.slice(i + 1))
+        return
+      }
+    }
+  }
+
+  #onLegClosed (tunnel: Tunnel, leg: Leg, info: QuicCloseInfo): void {
+    const conn = leg === 'client' ? tunnel.client : tunnel.upstream
+    const stats = conn?.stats() ?? null
+    if (stats !== null) {
+      if (leg === 'client') tunnel.closedBytes.clientToStargate += stats.splicedBytes + stats.bridgedBytes
+      else tunnel.closedBytes.stargateToClient += stats.splicedBytes + stats.bridgedBytes
+    }
+    if (tunnel.ended) return
+    if (!this.#tunnels.has(tunnel)) {
+      // The Pylon's handshake never completed, or the tunnel was refused after it.
+      tunnel.ended = true
+      return
+    }
     const identity = tunnel.identity
     if (leg === 'upstream' && !info.established) {
-      const why = info.initiator === 'handshake_timeout' ? 'connect timeout' : info.reason === '' ? `handshake failed (code ${info.code})` : info.reason
-      this.#closeBoth(tunnel, 0, `stargate ${identity} could not be reached: ${why}`, 'relay_error')
+      this.#closeBoth(tunnel, `stargate ${identity} could not be reached: ${upstreamFailure(info)}`, 'relay_error')
       return
     }
     const other = leg === 'client' ? tunnel.upstream : tunnel.client
     let outcome: QuicOutcome = 'completed'
-    switch (info.initiator) {
+    const side = leg === 'client' ? 'pylon' : 'stargate'
+    switch (info.kind) {
       case 'peer':
         // Carried verbatim: application or transport, code and reason.
         other?.close(info.code, info.reason, info.app)
         break
       case 'idle':
-        other?.close(0, leg === 'client' ? 'pylon connection idle timeout' : 'stargate connection idle timeout')
+        other?.close(0, `${side} connection idle timeout`)
         break
       case 'local':
-        // We closed this leg (closeBoth) or quiche did on a protocol or TLS error.
-        if (info.app && info.code === 0) other?.close(0, info.reason)
-        else {
-          outcome = 'relay_error'
-          other?.close(0, `${leg === 'client' ? 'pylon' : 'stargate'} connection failed: ${info.reason === '' ? `error ${info.code}` : info.reason}`)
-        }
+        // We closed this leg ourselves (closeBoth, shutdown): the other leg got the same.
+        other?.close(0, info.reason)
         break
+      case 'error':
       case 'handshake_timeout':
-      case 'socket_error':
+      case 'stateless_reset':
+      case 'unreachable':
+      case 'destroyed':
         outcome = 'relay_error'
-        other?.close(0, `${leg === 'client' ? 'pylon' : 'stargate'} connection failed: ${info.reason}`)
+        other?.close(0, `${side} connection failed: ${info.kind.replace('_', ' ')}`)
         break
       default: {
-        const never: never = info.initiator
+        const never: never = info.kind
         return never
       }
     }
-    this.#end(tunnel, outcome, `${leg} ${info.initiator}: ${info.reason === '' ? `code ${info.code}` : info.reason}`)
+    this.#end(tunnel, outcome, `${leg} ${info.kind}: ${info.reasonText === '' ? `code ${info.code}` : info.reasonText}`)
   }
 
-  #closeBoth (tunnel: Tunnel, code: number, reason: string, outcome: QuicOutcome): void {
+  #closeLater (tunnel: Tunnel, reason: string, graceMs: number): void {
+    tunnel.graceTimer = setTimeout(RawQuicRelay.#onGrace, graceMs, this, tunnel, reason)
+    tunnel.graceTimer.unref()
+  }
+
+  static #onGrace (relay: RawQuicRelay, tunnel: Tunnel, reason: string): void {
+    tunnel.graceTimer = null
+    relay.#closeBoth(tunnel, reason, 'completed')
+  }
+
+  #closeBoth (tunnel: Tunnel, reason: string, outcome: QuicOutcome): void {
     if (tunnel.ended) return
-    tunnel.client.close(code, reason)
-    tunnel.upstream?.close(code, reason)
+    tunnel.client.close(0, reason)
+    tunnel.upstream?.close(0, reason)
     this.#end(tunnel, outcome, reason)
   }
 
@@ -263,10 +375,45 @@ export class RawQuicRelay {
     if (tunnel.ended) return
     tunnel.ended = true
     if (tunnel.graceTimer !== null) clearTimeout(tunnel.graceTimer)
-    this.#tunnels.delete(tunnel)
+    tunnel.graceTimer = null
+    if (!this.#tunnels.delete(tunnel)) return
+    // Bytes of legs that are still closing are counted now; they relay nothing more.
+    for (const conn of [tunnel.client, tunnel.upstream]) {
+      if (conn === null || conn.closed) continue
+      const stats = conn.stats()
+      if (stats === null) continue
+      if (conn === tunnel.client) tunnel.closedBytes.clientToStargate += stats.splicedBytes + stats.bridgedBytes
+      else tunnel.closedBytes.stargateToClient += stats.splicedBytes + stats.bridgedBytes
+    }
+    this.#ended.clientToStargate += tunnel.closedBytes.clientToStargate
+    this.#ended.stargateToClient += tunnel.closedBytes.stargateToClient
     const { metrics, logger } = this.#options
     metrics.quicConnections.labels(outcome).inc()
     metrics.quicRelayConnectionsActive.dec()
     logger.info({ target: tunnel.identity, outcome, reason }, 'raw quic tunnel closed')
+  }
+}
+
+/** What to tell a Pylon when its pod leg did not come up: a short code, no internal detail. */
+function upstreamFailure (info: QuicCloseInfo): string {
+  switch (info.kind) {
+    case 'handshake_timeout':
+      return 'connect timeout'
+    case 'unreachable':
+      return 'port unreachable'
+    case 'error':
+      return info.alert !== 0 ? 'tls handshake failed' : 'protocol error'
+    case 'peer':
+      return info.app ? `closed by the stargate (code ${info.code})` : info.code >= 0x100 && info.code < 0x200 ? 'tls handshake refused' : `refused (code ${info.code})`
+    case 'idle':
+      return 'connect timeout'
+    case 'local':
+    case 'stateless_reset':
+    case 'destroyed':
+      return info.kind.replace('_', ' ')
+    default: {
+      const never: never = info.kind
+      return never
+    }
   }
 }

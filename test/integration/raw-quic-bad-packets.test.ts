@@ -1,23 +1,23 @@
 /**
- * Issue 5, bad input: datagrams that are not QUIC, truncated or forged QUIC packets, and
- * floods of handshakes that never complete reach the router's tunnel port. They are dropped
- * and counted, never crash it, never kill a connection in handshake (quiche closes a
- * connection that is handed a malformed packet, so the endpoint must drop them first), and
- * half-open handshakes cost bounded memory.
+ * Issues 5 and 15, bad input: datagrams that are not QUIC, truncated or forged QUIC packets, and
+ * floods of handshakes that never complete reach the router's tunnel port. They are dropped and
+ * counted, never crash it, never kill a connection in handshake, and half-open handshakes cost
+ * bounded memory and expire.
  */
 import t from 'tap'
 import { randomBytes } from 'node:crypto'
+import type { Socket } from 'node:dgram'
 import { readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseMetric } from '../fixtures/kube-router.ts'
 import { startProcess, tempDir } from '../fixtures/router-process.ts'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
-import { firstInitial, HandClient, rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
+import { captureInitial, rawSocket, respin, sendRaw, templateOf, UdpProxy } from '../fixtures/quic-raw.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 const DROPPED = 'stargate_k8s_router_quic_datagrams_dropped_total'
 
-/** Variants of a real Initial that must never reach quiche (same DCID, broken structure). */
+/** Variants of a real Initial with its DCID but a broken structure. */
 function forgeries (initial: Buffer): Buffer[] {
   const out: Buffer[] = []
   for (const n of [1, 5, 6, 7, 20, 40, 41, 42, 300, 1199]) out.push(initial.subarray(0, n))
@@ -45,19 +45,10 @@ t.test('garbage and forged datagrams on the tunnel port are dropped and counted;
   const port = cluster.tunnelPort
   const junk: Buffer[] = [Buffer.alloc(1), Buffer.from('GET / HTTP/1.1\r\n\r\n')]
   for (const size of [3, 21, 40, 100, 1200, 1350, 1500]) junk.push(randomBytes(size))
-  // Short-header packets for connections that do not exist.
-  for (let i = 0; i < 5; i++) {
-    const p = randomBytes(60)
-    p[0] = 0x40 | ((p[0] as number) & 0x3f)
-    junk.push(p)
-  }
-  const initial = firstInitial('stargate-0.stargate.external')
+  const initial = await captureInitial(t, 'stargate-0.stargate.external')
   junk.push(...forgeries(initial))
   for (const datagram of junk) await sendRaw(socket, port, datagram)
-  await waitFor(async () => {
-    const text = await cluster.kube.metricsText()
-    return text.includes(`${DROPPED}{reason="malformed"}`) && (await cluster.kube.metric(DROPPED, { reason: 'malformed' }) ?? 0) > 0
-  }, { message: 'malformed datagrams counted' })
+  await waitFor(async () => (await cluster.kube.metric(DROPPED, { reason: 'malformed' }) ?? 0) > 0, { message: 'malformed datagrams counted' })
   const pylon = await cluster.dial('stargate-0')
   await pylon.ready()
   const tunnel = await cluster.stubs.get('stargate-0')?.tunnel()
@@ -68,21 +59,22 @@ t.test('garbage and forged datagrams on the tunnel port are dropped and counted;
 
 t.test('forged and truncated packets aimed at a handshake in progress do not break it', async (t) => {
   const cluster = await QuicCluster.start(t, { pods: ['stargate-0'], subnet: '127.0.59' })
-  const socket = await rawSocket(t)
-  const client = new HandClient(socket, cluster.tunnelPort, 'stargate-0.stargate.external')
-  const [initial] = client.take()
-  if (initial === undefined) throw new Error('no initial')
-  await client.send([initial])
-  // The router now has a connection in handshake keyed by this Initial's DCID; hit it.
-  for (const forged of forgeries(initial)) await sendRaw(socket, cluster.tunnelPort, forged)
-  // A well-formed copy whose payload does not decrypt: quiche drops it, the connection lives.
+  const proxy = await UdpProxy.start(t, cluster.tunnelPort, 'stargate-0.stargate.external')
+  const initial = await proxy.firstInitial
+  // The router now has this handshake in progress, keyed by the Initial's DCID: hit it from
+  // the client's own address.
+  for (const forged of forgeries(initial)) await proxy.send(forged)
+  // A well-formed copy whose payload does not decrypt: dropped, the handshake lives.
   const corrupt = Buffer.from(initial)
   for (let i = 100; i < 140; i++) corrupt[i] = (corrupt[i] as number) ^ 0xff
-  await sendRaw(socket, cluster.tunnelPort, corrupt)
-  await client.handshake()
-  t.ok(client.conn.isEstablished(), 'the handshake completed')
-  t.equal(client.conn.peerError(), null, 'the router did not close it')
+  await proxy.send(corrupt)
+  await new Promise<void>((resolve, reject) => {
+    proxy.conn.once('established', resolve)
+    proxy.conn.once('close', (info) => { reject(new Error(`closed: ${info.kind} ${info.reasonText}`)) })
+  })
+  t.ok(proxy.conn.established, 'the handshake completed')
   await waitFor(async () => await cluster.outcome('accepted') === 1, { message: 'the tunnel accepted' })
+  t.equal(proxy.conn.closed, false, 'the router did not close it')
 })
 
 async function rssMiB (pid: number): Promise<number> {
@@ -91,7 +83,7 @@ async function rssMiB (pid: number): Promise<number> {
   return Number(line.split(/\s+/)[1]) / 1024
 }
 
-t.test('10,000 handshakes that never complete: the router holds at most --quic-max-connections, its memory stays bounded, they expire', async (t) => {
+t.test('10,000 handshakes that never complete: the router holds a bounded number, its memory stays bounded, they expire', async (t) => {
   const cap = 500
   const dir = await tempDir(t, 'sg-quic-flood-')
   const targets = join(dir, 'targets.yaml')
@@ -108,12 +100,14 @@ t.test('10,000 handshakes that never complete: the router holds at most --quic-m
   const pid = p.child.pid ?? 0
   const metric = async (name: string, labels?: Record<string, string>): Promise<number> =>
     parseMetric(await (await fetch(`http://127.0.0.1:${health}/metrics`)).text(), name, labels) ?? 0
-  const socket = await rawSocket(t)
+  const template = templateOf(await captureInitial(t, 'stargate-0.stargate.external'))
+  const sockets = await Promise.all(Array.from({ length: 20 }, async () => rawSocket(t)))
   const flood = async (): Promise<number> => {
     let peak = 0
     for (let batch = 0; batch < 10; batch++) {
       const sends: Array<Promise<void>> = []
-      for (let i = 0; i < 500; i++) sends.push(sendRaw(socket, port, firstInitial('stargate-0.stargate.external')))
+      // Many source ports: every Initial a new handshake with a real ClientHello.
+      for (let i = 0; i < 500; i++) sends.push(sendRaw(sockets[i % sockets.length] as Socket, port, respin(template)))
       await Promise.all(sends)
       peak = Math.max(peak, await metric('stargate_k8s_router_quic_endpoint_connections'))
     }
@@ -125,8 +119,7 @@ t.test('10,000 handshakes that never complete: the router holds at most --quic-m
   const peak2 = await flood()
   const rssEnd = await rssMiB(pid)
   t.ok(Math.max(peak1, peak2) <= cap, `at most ${cap} handshakes held at once (peaks ${peak1}, ${peak2})`)
-  t.ok(await metric(DROPPED, { reason: 'connection_limit' }) > 0, 'Initials beyond the limit were refused')
   t.ok(rssEnd - rssHalf < Math.max(64, (rssHalf - rssStart) / 2), `the second 5,000 grew the router's RSS by less than the first (${rssStart.toFixed(0)} → ${rssHalf.toFixed(0)} → ${rssEnd.toFixed(0)} MiB)`)
-  await waitFor(async () => await metric('stargate_k8s_router_quic_endpoint_connections') === 0, { timeoutMs: 10_000, message: 'half-open handshakes to expire' })
+  await waitFor(async () => await metric('stargate_k8s_router_quic_endpoint_connections') === 0, { timeoutMs: 15_000, message: 'half-open handshakes to expire' })
   t.pass('every half-open handshake expired')
 })

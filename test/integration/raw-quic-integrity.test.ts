@@ -6,13 +6,13 @@
 import t from 'tap'
 import { createHash, randomBytes } from 'node:crypto'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
-import { hashStream } from '../fixtures/quic-stargate.ts'
+import { hashStream, openDuplex } from '../fixtures/quic-stargate.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import type { QuicStream } from '../../lib/quic/quiche/stream.ts'
+import type { QuicDuplex } from '../../lib/quic/stream-duplex.ts'
 
 const sha256 = (data: Buffer): string => createHash('sha256').update(data).digest('hex')
 
-function writeAll (stream: QuicStream, data: Buffer): void {
+function writeAll (stream: QuicDuplex, data: Buffer): void {
   const chunk = 48 * 1024
   let offset = 0
   const pump = (): void => {
@@ -44,7 +44,7 @@ t.test('large payloads arrive intact both ways, on concurrent streams from eithe
   const stub = cluster.stubs.get('stargate-0')
   const tunnel = await stub?.tunnel()
   if (tunnel === undefined) throw new Error('no tunnel')
-  const fromStargate = tunnel.conn.openStream(true)
+  const fromStargate = openDuplex(tunnel.conn, true)
   if (fromStargate === null) throw new Error('no stream')
   const reply = hashStream(fromStargate)
   writeAll(fromStargate, payload)
@@ -66,7 +66,7 @@ t.test('unidirectional streams are relayed both ways', async (t) => {
   if (tunnel === undefined) throw new Error('no tunnel')
   const atStargate = await waitFor(() => tunnel.streams.find((s) => !s.bidi))
   t.equal(atStargate.id, uni.id, 'same stream ID')
-  const fromStargate = tunnel.conn.openStream(false)
+  const fromStargate = openDuplex(tunnel.conn, false)
   if (fromStargate === null) throw new Error('no stream')
   fromStargate.on('error', () => {})
   fromStargate.end(data)

@@ -1,6 +1,8 @@
 /**
- * Issue 5, SPEC §7: a tunnel the router cannot route is closed, after the handshake, with
- * application code 0 and a reason the Pylon can log; each rejection is counted by outcome.
+ * Issues 5 and 15, SPEC §7: a tunnel the router cannot route is refused from its Initial packet,
+ * before any handshake work: a CONNECTION_CLOSE in an Initial carrying the reason the Pylon can
+ * log (an application close cannot be sent before the handshake, RFC 9000 §10.2.3, so it is the
+ * transport code APPLICATION_ERROR, 0x0c, with the reason kept); each rejection is counted.
  */
 import t from 'tap'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
@@ -21,7 +23,7 @@ t.test('a tunnel that cannot be routed is closed with code 0 and the reason, and
     // verify it; they skip verification to see what the router does.
     const pylon = await cluster.dial(null, { serverName: c.sni, caPem: c.sni !== null && c.sni.endsWith('.stargate.external') ? cluster.tls.ca.certPem : null })
     const closed = await pylon.closedWith()
-    t.match(closed, { initiator: 'peer', app: true, code: 0, reason: c.reason }, `${c.name}: closed with code 0 and '${c.reason}'`)
+    t.match(closed, { initiator: 'peer', app: false, code: 0x0c, reason: c.reason, established: false }, `${c.name}: refused with '${c.reason}'`)
   }
   t.equal(await cluster.outcome('missing_sni'), 1)
   t.equal(await cluster.outcome('unknown_sni'), 1)

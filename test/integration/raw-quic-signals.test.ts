@@ -4,13 +4,13 @@
  */
 import t from 'tap'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
-import { readAll, type AcceptedTunnel } from '../fixtures/quic-stargate.ts'
+import { openDuplex, readAll, type AcceptedTunnel } from '../fixtures/quic-stargate.ts'
 import type { PylonTunnel } from '../fixtures/quic-pylon.ts'
 import type { Teardown } from '../fixtures/kube-router.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import { QuicStreamError, type QuicStream } from '../../lib/quic/quiche/stream.ts'
+import { QuicStreamError, type QuicDuplex } from '../../lib/quic/stream-duplex.ts'
 
-function errorOf (stream: QuicStream): Promise<QuicStreamError> {
+function errorOf (stream: QuicDuplex): Promise<QuicStreamError> {
   return new Promise((resolve, reject) => {
     stream.once('error', (err) => { if (err instanceof QuicStreamError) resolve(err); else reject(err) })
     stream.once('end', () => { reject(new Error('ended without an error')) })
@@ -42,7 +42,7 @@ t.test('a Pylon that resets a stream: the Stargate sees the reset with its code'
 
 t.test('a Stargate that resets its answer: the Pylon sees the reset with its code', async (t) => {
   const { pylon, tunnel } = await connected(t, '127.0.54')
-  const request = tunnel.conn.openStream(true)
+  const request = openDuplex(tunnel.conn, true)
   if (request === null) throw new Error('no stream')
   request.on('error', () => {})
   request.write('a request whose answer is abandoned')
@@ -80,7 +80,7 @@ t.test('a Stargate that answers and finishes: the Pylon reads the whole answer a
   const stub = cluster.stubs.get('stargate-0')
   const answer = await stub?.request(tunnel, 'ping')
   t.equal(answer?.toString(), 'pylon:ping')
-  const again = tunnel.conn.openStream(true)
+  const again = openDuplex(tunnel.conn, true)
   if (again === null) throw new Error('no stream')
   again.end()
   t.equal((await readAll(again)).toString(), 'pylon:', 'an empty request (FIN only) is answered too')

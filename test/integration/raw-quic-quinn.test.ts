@@ -1,0 +1,101 @@
+/**
+ * Issue 15, the failure this fixes: a real Pylon's raw QUIC tunnel (quinn 0.9 + rustls 0.20,
+ * offering no ALPN) through the router to a real Stargate's quinn listener (no ALPN configured,
+ * refusing any client that offers one). Before the engine the router refused the Pylon inside
+ * the handshake (alert 120) and would have offered the pod an ALPN it refuses. Both ends here
+ * are quinn-peer (test/fixtures/quinn-peer), configured as the real ones.
+ */
+import t from 'tap'
+import { writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { QuinnPeer, patternSha256, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
+import { QuicCluster } from '../fixtures/quic-cluster.ts'
+import type { Teardown } from '../fixtures/kube-router.ts'
+
+const skip = await quinnPeerSkip(t)
+const MIB = 1 << 20
+
+interface Tunnel {
+  readonly cluster: QuicCluster
+  readonly pylon: QuinnPeer
+  readonly stargate: QuinnPeer
+  /** The stargate's connection number for the relayed tunnel. */
+  readonly sc: number
+}
+
+async function tunnel (t: Teardown, subnet: string): Promise<Tunnel> {
+  const cluster = await QuicCluster.start(t, { pods: [], subnet })
+  const certPath = join(cluster.tls.dir, 'pod.crt')
+  const keyPath = join(cluster.tls.dir, 'pod.key')
+  await writeFile(certPath, cluster.tls.stargate.chainPem)
+  await writeFile(keyPath, cluster.tls.stargate.keyPem)
+  const stargate = await QuinnPeer.server(t, { listen: `${subnet}.10:0`, certPath, keyPath, accept: 'echo' })
+  cluster.list('stargate-0', `${subnet}.10`, stargate.port, true)
+  await cluster.waitForTargets(1)
+  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath, accept: 'echo' })
+  const connected = await pylon.established(1)
+  if (connected.alpn !== null) throw new Error(`the pylon negotiated ALPN ${connected.alpn}`)
+  const { conn: sc } = await stargate.waitEvent('connected')
+  return { cluster, pylon, stargate, sc }
+}
+
+t.test('a no-ALPN quinn Pylon reaches a no-ALPN quinn Stargate through the router, offered no ALPN on either leg', { skip }, async (t) => {
+  const { cluster, stargate } = await tunnel(t, '127.0.90')
+  const hello = await stargate.waitEvent('client_hello')
+  t.equal(hello.alpn, null, 'the router offered the pod no ALPN extension')
+  t.equal(hello.sni, 'stargate-0.stargate.external', 'and the Pylon\'s SNI')
+  const connected = await stargate.waitEvent('connected')
+  t.equal(connected.alpn, null)
+  t.equal(await cluster.outcome('accepted'), 1)
+})
+
+t.test('64 MiB each way byte-exact: the Stargate opens streams to the Pylon and the Pylon opens some too', { skip }, async (t) => {
+  const { pylon, stargate, sc } = await tunnel(t, '127.0.91')
+  // The reverse tunnel's main direction: the Stargate proxies a request to the Pylon (which echoes).
+  const down = await stargate.open(sc, 'bi')
+  const up = await pylon.open(1, 'bi')
+  await Promise.all([
+    stargate.write(sc, down, { bytes: 64 * MIB, seed: 11 }).then(async () => { await stargate.finish(sc, down) }),
+    pylon.write(1, up, { bytes: 64 * MIB, seed: 12 }).then(async () => { await pylon.finish(1, up) }),
+  ])
+  const [back, echoed] = await Promise.all([stargate.recvDone(sc, down, 120_000), pylon.recvDone(1, up, 120_000)])
+  t.match(back, { bytes: 64 * MIB, fin: true, sha256: patternSha256(11, 64 * MIB) }, 'Stargate → Pylon → Stargate: 64 MiB each way intact')
+  t.match(echoed, { bytes: 64 * MIB, fin: true, sha256: patternSha256(12, 64 * MIB) }, 'Pylon → Stargate → Pylon: 64 MiB each way intact')
+  t.equal(down, 1, 'the Stargate\'s first stream is 1')
+  t.ok((await pylon.waitEvent('stream', { conn: 1, stream: down })).dir === 'bi', 'and the Pylon sees the same stream ID')
+})
+
+t.test('uni streams both ways, reset and stop-sending codes, and close code and reason cross the router', { skip }, async (t) => {
+  const { pylon, stargate, sc } = await tunnel(t, '127.0.92')
+  const u = await pylon.open(1, 'uni')
+  await pylon.write(1, u, 'pylon uni')
+  await pylon.finish(1, u)
+  t.match(await stargate.recvDone(sc, u), { bytes: 9, fin: true }, 'a Pylon uni stream reaches the Stargate with FIN')
+  const v = await stargate.open(sc, 'uni')
+  await stargate.write(sc, v, 'stargate uni')
+  await stargate.finish(sc, v)
+  t.match(await pylon.recvDone(1, v), { bytes: 12, fin: true }, 'a Stargate uni stream reaches the Pylon')
+  // Reset by the Pylon: the Stargate sees the code.
+  await stargate.accept('hold')
+  const r = await pylon.open(1, 'bi')
+  await pylon.write(1, r, 'partial')
+  await stargate.waitEvent('stream', { conn: sc, stream: r })
+  await stargate.read(sc, r)
+  await pylon.reset(1, r, 77)
+  t.match(await stargate.recvDone(sc, r), { reset: 77 }, 'RESET_STREAM 77 crossed')
+  // STOP_SENDING from the Stargate: the Pylon's writer learns the code.
+  const s = await pylon.open(1, 'bi')
+  await pylon.write(1, s, 'upload')
+  await stargate.waitEvent('stream', { conn: sc, stream: s })
+  await stargate.stop(sc, s, 9)
+  t.match(await pylon.waitEvent('stopped', { conn: 1, stream: s }), { code: 9 }, 'STOP_SENDING 9 crossed')
+  await pylon.close(1, 0x1234, 'pylon shutting down')
+  t.match(await stargate.closed(sc), { kind: 'application', by: 'peer', code: 0x1234, reason: 'pylon shutting down' }, 'close code and reason crossed')
+})
+
+t.test('the Stargate closing its tunnel: its code and reason reach the Pylon', { skip }, async (t) => {
+  const { pylon, stargate, sc, cluster } = await tunnel(t, '127.0.93')
+  await stargate.close(sc, 42, 'stargate restarting')
+  t.match(await pylon.closed(1), { kind: 'application', by: 'peer', code: 42, reason: 'stargate restarting' })
+  t.equal(await cluster.outcome('completed'), 1)
+})
