@@ -5,6 +5,9 @@
  *
  * - Server identity: a new identity applies to connections accepted after the reload; open
  *   tunnels keep theirs (the engine frees released credentials when their last connection ends).
+ * - Client trust (--client-ca-path, SPEC §12): Pylons must present a certificate that verifies
+ *   against it, or the handshake fails; a change of it closes tunnels whose Pylon certificate
+ *   no longer verifies (after the same grace).
  * - Upstream trust (for verifying Stargate pods): the --upstream-tls-cert-path bundle, else the
  *   router's own certificate file (as the Rust router), unless --quic-insecure. A change of that
  *   trust closes tunnels whose Stargate leg was verified under the previous one, after a short
@@ -32,15 +35,17 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
   })
   const transport: TransportOptions = { idleTimeoutMs: config.relayIdleTimeoutMs, keepAliveMs: config.relayKeepAliveMs }
 
+  const requireClientCert = config.clientCaPath !== null
   let serverCredentials: ServerCredentials | null = null
   tls.addConsumer<ServerCredentials>({
     name: 'raw-quic-server',
-    dependsOn: ['server_identity'],
+    dependsOn: requireClientCert ? ['server_identity', 'client_trust'] : ['server_identity'],
     build: (state) => {
       const identity = state.serverIdentity
       if (identity === null) throw new Error('no server identity is active')
+      if (requireClientCert && state.clientTrust === null) throw new Error('no client trust bundle is active')
       // Built now, so material GnuTLS cannot load fails the candidate, not a later handshake.
-      return ServerCredentials.create({ certPem: identity.certPem, keyPem: identity.keyPem })
+      return ServerCredentials.create({ certPem: identity.certPem, keyPem: identity.keyPem, clientCaPem: requireClientCert ? state.clientTrust?.pem ?? null : null })
     },
     commit: (candidate) => {
       serverCredentials?.release()
@@ -85,11 +90,17 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     upstreamCredentials: () => upstream,
     transport,
     connectTimeoutMs: config.connectTimeoutMs,
+    drainGraceMs: config.drainGraceMs,
     metrics,
     logger,
   })
-  tls.onChange((changed) => {
-    if (changed !== 'upstream_trust' && changed !== 'server_identity') return
+  tls.onChange((changed, _previous, next) => {
+    if (changed === 'client_trust') {
+      if (next.clientTrust === null) return
+      const closing = relay.closeUntrusted(next.clientTrust, TRUST_CHANGE_GRACE_MS)
+      logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'client trust changed: closing raw quic tunnels whose Pylon certificate no longer verifies')
+      return
+    }
     const closing = relay.closeGeneration(upstream.generation, TRUST_CHANGE_GRACE_MS)
     if (closing > 0) logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing raw quic tunnels verified under the previous bundle')
   })
@@ -101,6 +112,8 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     onProposal: (proposal) => { relay.propose(proposal) },
     maxConnections: config.quicMaxConnections,
     retry: config.quicRetry,
+    retryThreshold: config.quicRetryThreshold,
+    maxHalfOpenPerAddress: config.quicMaxHandshakesPerAddress,
     // A Pylon's handshake gets the same bound as the router's dial to a pod.
     transport: { ...transport, handshakeTimeoutMs: config.connectTimeoutMs },
     // Stateless reset tokens keyed on the identity's key: after a restart, Pylons of the
@@ -111,11 +124,19 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     const stats = endpoint.stats()
     return {
       connections: stats === null ? 0 : stats.connections + stats.pending,
+      halfOpen: stats?.halfOpen ?? 0,
       dropped: {
         malformed: stats?.dropMalformed ?? 0,
         unknown_connection: stats?.dropUnknownConnection ?? 0,
         connection_limit: stats?.dropConnectionLimit ?? 0,
         invalid_token: stats?.dropInvalidToken ?? 0,
+        pending_limit: stats?.dropPendingLimit ?? 0,
+        closing: stats?.dropClosed ?? 0,
+      },
+      stateless: {
+        retry: stats?.retries ?? 0,
+        stateless_reset: stats?.statelessResets ?? 0,
+        version_negotiation: stats?.versionNegotiations ?? 0,
       },
     }
   })
@@ -130,6 +151,7 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     close: () => {
       closing ??= (async () => {
         relay.stopAccepting()
+        relay.dispose()
         relay.closeAll(CLOSE_REASONS.shutdown)
         // The CONNECTION_CLOSE packets leave synchronously; let one turn pass for the events.
         await new Promise((resolve) => { setImmediate(resolve) })

@@ -67,6 +67,9 @@ export interface Config {
   readonly podName: string | null
   readonly logLevel: string
   readonly logFormat: 'json' | 'pretty'
+  // Tunnel port defences (issue 15)
+  readonly quicRetryThreshold: number
+  readonly quicMaxHandshakesPerAddress: number
 }
 
 export class ConfigError extends Error {
@@ -259,6 +262,9 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     podName,
     logLevel: str('log-level') ?? 'info',
     logFormat: str('log-format') as Config['logFormat'],
+    // Tunnel port defences (issue 15)
+    quicRetryThreshold: int('quic-retry-threshold', 1, 1_000_000) ?? 500,
+    quicMaxHandshakesPerAddress: int('quic-max-handshakes-per-address', 1, 1_000_000) ?? 64,
   }
   return { kind: 'config', config }
 }

@@ -64,12 +64,16 @@ export const FLAGS: readonly FlagSpec[] = [
   // Forwarding and relaying
   flag('connect-timeout-ms', 'int', '5000', 'timeout for connecting to a Stargate pod'),
   flag('grpc-max-message-bytes', 'int', '4194304', 'largest gRPC message a Pylon may send on a registration stream (RESOURCE_EXHAUSTED above it)'),
-  flag('drain-grace-ms', 'int', '30000', 'how long a registration stream may outlive its target leaving the ready set'),
+  flag('drain-grace-ms', 'int', '30000', 'how long a registration stream or a tunnel may outlive its target leaving the ready set'),
   flag('relay-idle-timeout-ms', 'int', '300000', 'idle timeout of relayed tunnel connections (> 0)'),
   flag('relay-keep-alive-ms', 'int', '10000', 'keep-alive interval of relayed tunnel connections (< idle timeout; 0 disables)'),
   flag('tunnel-protocol', 'string', 'raw-quic', 'reverse tunnel protocol on the tunnel port', { choices: ['raw-quic', 'webtransport'] }),
   flag('quic-retry', 'bool', 'false', 'validate client addresses with a stateless QUIC Retry before accepting a tunnel (costs one round trip)'),
   flag('quic-max-connections', 'int', '10000', 'most concurrent QUIC connections (handshaking or relaying) on the tunnel port'),
+
+  // Tunnel port defences (issue 15)
+  flag('quic-retry-threshold', 'int', '500', 'half-open QUIC handshakes on the tunnel port above which every new client must first answer a stateless Retry'),
+  flag('quic-max-handshakes-per-address', 'int', '64', 'half-open QUIC handshakes one source address may hold before its new clients must answer a stateless Retry'),
 
   // LLM client HTTP forwarding
   flag('http-max-body-bytes', 'int', '33554432', 'largest LLM client request body (413 payload_too_large above it)'),

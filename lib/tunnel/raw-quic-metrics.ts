@@ -8,6 +8,7 @@
  * scrape time (no label lookup per chunk).
  */
 import { Counter, Gauge, type Registry } from 'prom-client'
+import { HANDSHAKE_FAILURE_REASONS } from '../quic/handshake-failure.ts'
 
 const PREFIX = 'stargate_k8s_router_'
 
@@ -17,15 +18,39 @@ export type QuicOutcome = typeof QUIC_OUTCOMES[number]
 export const RELAY_DIRECTIONS = ['client_to_stargate', 'stargate_to_client'] as const
 export type RelayDirection = typeof RELAY_DIRECTIONS[number]
 
-/** Why the tunnel port dropped a datagram before it reached a connection (lib/quic/server.ts). */
-export const DROP_REASONS = ['malformed', 'unknown_connection', 'connection_limit', 'invalid_token'] as const
+/**
+ * Why the tunnel port dropped a datagram before it reached a connection (the engine's
+ * endpoint, lib/quic/native/src/endpoint.c): not QUIC, for no connection (and no stateless
+ * reset owed), over --quic-max-connections, a bad Retry token, over the bound on Initials
+ * waiting for routing, or arriving while the endpoint closes.
+ */
+export const DROP_REASONS = ['malformed', 'unknown_connection', 'connection_limit', 'invalid_token', 'pending_limit', 'closing'] as const
 export type DropReason = typeof DROP_REASONS[number]
+
+/** Packets the tunnel port answers without any connection state (issue 15, SPEC §12). */
+export const STATELESS_PACKETS = ['retry', 'stateless_reset', 'version_negotiation'] as const
+export type StatelessPacket = typeof STATELESS_PACKETS[number]
+
+/**
+ * Why a handshake on the tunnel port was refused or failed (issue 15): the SNI refusals made
+ * from the Initial, the Pylon leg's handshake failures (lib/quic/handshake-failure.ts), and the
+ * same for the leg the router dials to the pod, prefixed upstream_.
+ */
+export const HANDSHAKE_FAILURES = [
+  'missing_sni', 'unknown_sni', 'target_unavailable',
+  ...HANDSHAKE_FAILURE_REASONS,
+  ...HANDSHAKE_FAILURE_REASONS.map((reason) => `upstream_${reason}` as const),
+] as const
+export type HandshakeFailureLabel = typeof HANDSHAKE_FAILURES[number]
 
 /** What the UDP endpoint reports at scrape time. */
 export interface EndpointCounts {
-  /** Connections handshaking, open or draining. */
+  /** Connections handshaking, open or draining, and Initials waiting for routing. */
   readonly connections: number
+  /** Handshakes in progress (not yet established). */
+  readonly halfOpen: number
   readonly dropped: Readonly<Record<DropReason, number>>
+  readonly stateless: Readonly<Record<StatelessPacket, number>>
 }
 
 export interface RelayedBytes {
@@ -38,7 +63,10 @@ export interface RawQuicMetrics {
   readonly quicRelayConnectionsActive: Gauge
   readonly quicRelayedBytes: Counter<'direction'>
   readonly quicEndpointConnections: Gauge
+  readonly quicEndpointHalfOpen: Gauge
   readonly quicDatagramsDropped: Counter<'reason'>
+  readonly quicStatelessPackets: Counter<'type'>
+  readonly quicHandshakeFailures: Counter<'reason'>
   /** Where quic_relayed_bytes_total reads its (monotonic) totals at scrape time. */
   setRelayedBytesSource (source: () => RelayedBytes): void
   /** Where the endpoint gauges and drop counters read their values at scrape time. */
@@ -50,7 +78,8 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
   let source: (() => RelayedBytes) | null = null
   let endpoint: (() => EndpointCounts) | null = null
   const reported = { clientToStargate: 0, stargateToClient: 0 }
-  const reportedDrops: Record<DropReason, number> = { malformed: 0, unknown_connection: 0, connection_limit: 0, invalid_token: 0 }
+  const reportedDrops: Record<DropReason, number> = { malformed: 0, unknown_connection: 0, connection_limit: 0, invalid_token: 0, pending_limit: 0, closing: 0 }
+  const reportedStateless: Record<StatelessPacket, number> = { retry: 0, stateless_reset: 0, version_negotiation: 0 }
   const metrics: RawQuicMetrics = {
     quicConnections: new Counter({
       name: PREFIX + 'quic_connections_total',
@@ -83,9 +112,35 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
       registers,
       collect () { if (endpoint !== null) this.set(endpoint().connections) },
     }),
+    quicEndpointHalfOpen: new Gauge({
+      name: PREFIX + 'quic_endpoint_half_open',
+      help: 'QUIC handshakes in progress on the tunnel port (Initials waiting for routing included); above --quic-retry-threshold every new client is sent a Retry first',
+      registers,
+      collect () { if (endpoint !== null) this.set(endpoint().halfOpen) },
+    }),
+    quicStatelessPackets: new Counter({
+      name: PREFIX + 'quic_stateless_packets_total',
+      help: 'Packets the tunnel port answered without connection state, by type: retry (address validation under load or --quic-retry), stateless_reset (a packet for a connection it does not know), version_negotiation',
+      labelNames: ['type'] as const,
+      registers,
+      collect () {
+        if (endpoint === null) return
+        const now = endpoint().stateless
+        for (const type of STATELESS_PACKETS) {
+          this.labels(type).inc(Math.max(0, now[type] - reportedStateless[type]))
+          reportedStateless[type] = Math.max(reportedStateless[type], now[type])
+        }
+      },
+    }),
+    quicHandshakeFailures: new Counter({
+      name: PREFIX + 'quic_handshake_failures_total',
+      help: 'Raw QUIC handshakes refused or failed, by reason: missing_sni, unknown_sni, target_unavailable (refused from the Initial), alpn, certificate, client_certificate, timeout, tls, protocol, peer_refused, unreachable (the Pylon leg), and the same prefixed upstream_ for the leg to the pod',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
     quicDatagramsDropped: new Counter({
       name: PREFIX + 'quic_datagrams_dropped_total',
-      help: 'Datagrams the tunnel port dropped before they reached a connection, by reason (malformed, unknown_connection, connection_limit, invalid_token)',
+      help: 'Datagrams the tunnel port dropped before they reached a connection, by reason (malformed, unknown_connection, connection_limit, invalid_token, pending_limit, closing)',
       labelNames: ['reason'] as const,
       registers,
       collect () {
@@ -105,6 +160,8 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
     },
   }
   for (const reason of DROP_REASONS) metrics.quicDatagramsDropped.labels(reason).inc(0)
+  for (const type of STATELESS_PACKETS) metrics.quicStatelessPackets.labels(type).inc(0)
+  for (const reason of HANDSHAKE_FAILURES) metrics.quicHandshakeFailures.labels(reason).inc(0)
   for (const outcome of QUIC_OUTCOMES) metrics.quicConnections.labels(outcome).inc(0)
   for (const direction of RELAY_DIRECTIONS) metrics.quicRelayedBytes.labels(direction).inc(0)
   return metrics

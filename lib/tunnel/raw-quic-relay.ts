@@ -19,9 +19,20 @@
  * Streams the Pylon opens while the pod leg is still connecting wait unread (flow control
  * holds the Pylon back). Reasons sent to a peer are from CLOSE_REASONS or name the failure by
  * a short code, never an internal error message (issue 14).
+ *
+ * Tunnels follow the snapshot (issue 15): when their pod leaves the ready set (or moves to
+ * another address), they are closed with 'target stargate left the ready set' after
+ * --drain-grace-ms, unless it comes back first, as registrations are. A refused or failed
+ * handshake is counted by reason and logged once per reason per minute.
  */
+import { X509Certificate } from 'node:crypto'
 import type { Logger } from '../log.ts'
 import type { SnapshotReader } from '../discovery/types.ts'
+import type { TargetSnapshot } from '../discovery/types.ts'
+import type { TrustBundle } from '../tls/types.ts'
+import { verifiesAgainst } from '../tls/client-cert.ts'
+import { RateLimitedLog } from '../rate-limited-log.ts'
+import { handshakeFailure } from '../quic/handshake-failure.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { resolveSni } from '../routing/resolve.ts'
 import type { QuicEngine, TransportOptions } from '../quic/engine.ts'
@@ -29,7 +40,7 @@ import type { QuicCloseInfo, QuicConnection } from '../quic/connection.ts'
 import type { QuicProposal } from '../quic/endpoint.ts'
 import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
 import type { QuicStream, QuicStreamHandler } from '../quic/stream.ts'
-import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './raw-quic-metrics.ts'
+import type { HandshakeFailureLabel, QuicOutcome, RawQuicMetrics, RelayedBytes } from './raw-quic-metrics.ts'
 
 /** Close reasons (SPEC §7 wire strings), all with application error code 0. */
 export const CLOSE_REASONS = {
@@ -39,6 +50,7 @@ export const CLOSE_REASONS = {
   shutdown: 'router shutdown',
   trust_replaced: 'upstream trust changed',
   target_left: 'target stargate left the ready set',
+  client_trust_replaced: 'client trust changed',
 } as const
 
 export interface UpstreamCredentials {
@@ -58,8 +70,12 @@ export interface RawQuicRelayOptions {
   /** Transport of both legs (idle timeout, keep-alive). */
   readonly transport: TransportOptions
   readonly connectTimeoutMs: number
+  /** How long a tunnel outlives its pod leaving the ready set. */
+  readonly drainGraceMs: number
   readonly metrics: RawQuicMetrics
   readonly logger: Logger
+  /** Clock of the failure log limiter (tests). */
+  readonly now?: () => number
 }
 
 type Leg = 'client' | 'upstream'
@@ -67,7 +83,13 @@ type Leg = 'client' | 'upstream'
 interface Tunnel {
   readonly client: QuicConnection
   readonly sni: string
+  /** ALPN protocols the Pylon offered (for failure logs). */
+  readonly offered: readonly string[]
   identity: string
+  /** The pod leg's address, to notice a pod that moved. */
+  address: string
+  quicPort: number
+  drainTimer: NodeJS.Timeout | null
   generation: number
   upstream: QuicConnection | null
   upstreamReady: boolean
@@ -91,11 +113,22 @@ export class RawQuicRelay {
   readonly #options: RawQuicRelayOptions
   readonly #tunnels = new Set<Tunnel>()
   readonly #ended = { clientToStargate: 0, stargateToClient: 0 }
+  /** Relayed tunnels by pod identity (drain when the pod leaves the ready set). */
+  readonly #byIdentity = new Map<string, Set<Tunnel>>()
+  readonly #failureLog: RateLimitedLog
+  readonly #unsubscribe: () => void
   #accepting = true
 
   constructor (options: RawQuicRelayOptions) {
     this.#options = options
+    this.#failureLog = new RateLimitedLog(60_000, options.now ?? Date.now)
     options.metrics.setRelayedBytesSource(() => this.relayedBytes())
+    this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
+  }
+
+  /** Stops following the snapshot (shutdown). */
+  dispose (): void {
+    this.#unsubscribe()
   }
 
   /** Tunnels being relayed (or dialing their Stargate) now. */
@@ -139,9 +172,25 @@ export class RawQuicRelay {
     return count
   }
 
+  /**
+   * Client trust changed (SPEC §8): tunnels whose Pylon certificate does not verify against the
+   * new bundle are closed after graceMs (tunnels without one are left alone: no mTLS then).
+   */
+  closeUntrusted (bundle: TrustBundle, graceMs: number, now = new Date()): number {
+    let count = 0
+    for (const tunnel of this.#tunnels) {
+      if (tunnel.graceTimer !== null) continue
+      const chain = tunnel.client.peerCertificates().map((der) => new X509Certificate(der))
+      if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
+      count++
+      this.#closeLater(tunnel, CLOSE_REASONS.client_trust_replaced, graceMs)
+    }
+    return count
+  }
+
   /** A connection proposed by the tunnel port: route it by SNI before any handshake work. */
   propose (proposal: QuicProposal): void {
-    const { metrics, logger } = this.#options
+    const { metrics } = this.#options
     if (!this.#accepting) {
       proposal.reject(CLOSE_REASONS.shutdown)
       return
@@ -150,7 +199,7 @@ export class RawQuicRelay {
     if (!route.ok) {
       metrics.quicConnections.labels(route.reason).inc()
       proposal.reject(CLOSE_REASONS[route.reason])
-      logger.info({ sni: proposal.sni, reason: route.reason, remote: proposal.address }, 'raw quic tunnel rejected')
+      this.#failed(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
       return
     }
     const credentials = this.#options.serverCredentials()
@@ -164,7 +213,11 @@ export class RawQuicRelay {
     const tunnel: Tunnel = {
       client,
       sni: proposal.sni ?? '',
+      offered: proposal.alpn,
       identity: route.target.identity,
+      address: route.target.address,
+      quicPort: route.target.quicPort,
+      drainTimer: null,
       generation: 0,
       upstream: null,
       upstreamReady: false,
@@ -198,9 +251,17 @@ export class RawQuicRelay {
     }
     const target = route.target
     tunnel.identity = target.identity
+    tunnel.address = target.address
+    tunnel.quicPort = target.quicPort
     metrics.quicConnections.labels('accepted').inc()
     metrics.quicRelayConnectionsActive.inc()
     this.#tunnels.add(tunnel)
+    let set = this.#byIdentity.get(target.identity)
+    if (set === undefined) {
+      set = new Set()
+      this.#byIdentity.set(target.identity, set)
+    }
+    set.add(tunnel)
     const upstreamCredentials = this.#options.upstreamCredentials()
     tunnel.generation = upstreamCredentials.generation
     const alpn = tunnel.client.alpn
@@ -316,10 +377,14 @@ export class RawQuicRelay {
     if (!this.#tunnels.has(tunnel)) {
       // The Pylon's handshake never completed, or the tunnel was refused after it.
       tunnel.ended = true
+      const reason = handshakeFailure(info, 'server')
+      if (reason !== null) this.#failed(reason, { remote: tunnel.client.remoteAddress, sni: tunnel.sni, alpn: tunnel.offered, alert: info.alert, code: info.code })
       return
     }
     const identity = tunnel.identity
     if (leg === 'upstream' && !info.established) {
+      const reason = handshakeFailure(info, 'client')
+      if (reason !== null) this.#failed(`upstream_${reason}`, { target: identity, sni: tunnel.sni, alpn: tunnel.client.alpn, alert: info.alert, code: info.code })
       this.#closeBoth(tunnel, `stargate ${identity} could not be reached: ${upstreamFailure(info)}`, 'relay_error')
       return
     }
@@ -354,6 +419,36 @@ export class RawQuicRelay {
     this.#end(tunnel, outcome, `${leg} ${info.kind}: ${info.reasonText === '' ? `code ${info.code}` : info.reasonText}`)
   }
 
+  /** Counts a refused or failed handshake and logs it, once per reason per minute. */
+  #failed (reason: HandshakeFailureLabel, fields: Record<string, unknown>): void {
+    this.#options.metrics.quicHandshakeFailures.labels(reason).inc()
+    const suppressed = this.#failureLog.take(reason)
+    if (suppressed === null) return
+    this.#options.logger.warn({ reason, ...fields, suppressed }, 'raw quic handshake refused')
+  }
+
+  #onSnapshot (snapshot: TargetSnapshot): void {
+    if (!snapshot.initialized) return
+    for (const [identity, set] of this.#byIdentity) {
+      const target = snapshot.byIdentity.get(identity)
+      for (const tunnel of set) {
+        const present = target !== undefined && target.address === tunnel.address && target.quicPort === tunnel.quicPort
+        if (present && tunnel.drainTimer !== null) {
+          clearTimeout(tunnel.drainTimer)
+          tunnel.drainTimer = null
+        } else if (!present && tunnel.drainTimer === null) {
+          tunnel.drainTimer = setTimeout(RawQuicRelay.#onDrain, this.#options.drainGraceMs, this, tunnel)
+          tunnel.drainTimer.unref()
+        }
+      }
+    }
+  }
+
+  static #onDrain (relay: RawQuicRelay, tunnel: Tunnel): void {
+    tunnel.drainTimer = null
+    relay.#closeBoth(tunnel, CLOSE_REASONS.target_left, 'completed')
+  }
+
   #closeLater (tunnel: Tunnel, reason: string, graceMs: number): void {
     tunnel.graceTimer = setTimeout(RawQuicRelay.#onGrace, graceMs, this, tunnel, reason)
     tunnel.graceTimer.unref()
@@ -376,7 +471,12 @@ export class RawQuicRelay {
     tunnel.ended = true
     if (tunnel.graceTimer !== null) clearTimeout(tunnel.graceTimer)
     tunnel.graceTimer = null
+    if (tunnel.drainTimer !== null) clearTimeout(tunnel.drainTimer)
+    tunnel.drainTimer = null
     if (!this.#tunnels.delete(tunnel)) return
+    const set = this.#byIdentity.get(tunnel.identity)
+    set?.delete(tunnel)
+    if (set !== undefined && set.size === 0) this.#byIdentity.delete(tunnel.identity)
     // Bytes of legs that are still closing are counted now; they relay nothing more.
     for (const conn of [tunnel.client, tunnel.upstream]) {
       if (conn === null || conn.closed) continue

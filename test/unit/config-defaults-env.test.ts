@@ -63,6 +63,9 @@ const DEFAULTS: Config = {
   peerService: null,
   logLevel: 'info',
   logFormat: 'json',
+  // Tunnel port defences (issue 15)
+  quicRetryThreshold: 500,
+  quicMaxHandshakesPerAddress: 64,
 }
 
 t.test('with only a namespace, every setting has the documented default', async (t) => {
@@ -131,6 +134,9 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'peer-divergence-grace-ms': { value: '0', expect: { peerDivergenceGraceMs: 0 } },
   'log-level': { value: 'debug', expect: { logLevel: 'debug' } },
   'log-format': { value: 'pretty', expect: { logFormat: 'pretty' } },
+  // Tunnel port defences (issue 15)
+  'quic-retry-threshold': { value: '50', expect: { quicRetryThreshold: 50 } },
+  'quic-max-handshakes-per-address': { value: '8', expect: { quicMaxHandshakesPerAddress: 8 } },
 }
 
 t.test('every flag in the table has a sample value in this test', async (t) => {

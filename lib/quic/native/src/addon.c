@@ -248,8 +248,8 @@ static void transport_defaults(qtransport *t) {
   t->keep_alive_ns = 0;
   t->initial_max_data = 2 * 1024 * 1024;
   t->initial_max_stream_data = 512 * 1024;
-  t->max_window = 24 * 1024 * 1024;
-  t->max_stream_window = 16 * 1024 * 1024;
+  t->max_window = 16 * 1024 * 1024;
+  t->max_stream_window = 8 * 1024 * 1024;
   t->max_streams_bidi = 1000;
   t->max_streams_uni = 100;
   t->max_payload = 1350;
