@@ -88,10 +88,12 @@ async function main (): Promise<void> {
   const parsed = parseConfig([
     '--target-namespace', NAMESPACE,
     '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
-    '--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'),
+    '--grpc-pylon-dial-addr', 'https://router.stargate.external:443',
+    // TLS on the front door too, as an operator turns it on without a Gateway in front.
+    '--front-door-tls', '--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'),
     '--upstream-tls-cert-path', secret.path('ca.crt'),
     ...(WEBTRANSPORT ? ['--tunnel-protocol', 'webtransport'] : []),
-    '--tls-debounce-ms', '50', '--drain-grace-ms', '500', '--shutdown-drain-ms', '1000', '--watch-heartbeat-ms', '0',
+    '--tls-debounce-ms', '50', '--drain-grace-ms', '500', '--shutdown-drain-timeout-ms', '1000', '--watch-heartbeat-ms', '3600000',
   ], {})
   if (parsed.kind !== 'config') throw new Error('unexpected --help')
   const router: RunningRouter = await startRouter(parsed.config, { logger: createLogger({ level: 'error', format: 'json' }), kubeConfig: cluster.fake.kubeConfig(), discoveryBackoff: { baseMs: 100, maxMs: 1000 } })

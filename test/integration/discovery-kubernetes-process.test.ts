@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url'
 import { FakeKubeApiServer } from '../fixtures/kube-apiserver.ts'
 import { NAMESPACE, pod, stargateSlice, type DebugSnapshot } from '../fixtures/kube-router.ts'
 import { waitFor } from '../fixtures/wait.ts'
+import { GRPC_PYLON_DIAL_ADDR } from '../fixtures/router-process.ts'
 
 const MAIN = fileURLToPath(new URL('../../server/main.ts', import.meta.url))
 
@@ -22,7 +23,9 @@ t.test('the router process started with KUBECONFIG serves the slices of the API 
     '--target-namespace', NAMESPACE,
     '--listen-addr', '127.0.0.1:0',
     '--health-listen-addr', '127.0.0.1:0',
-    '--shutdown-drain-ms', '1000',
+    '--reverse-tunnel-listen-addr', '127.0.0.1:0',
+    '--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR,
+    '--shutdown-drain-timeout-ms', '1000',
   ], { env: { PATH: process.env.PATH, HOME: t.testdirName, KUBECONFIG: kubeconfig }, stdio: ['ignore', 'pipe', 'pipe'] })
   t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
   let stdout = ''
