@@ -56,7 +56,7 @@ export const FLAGS: readonly FlagSpec[] = [
 
   // Advertisement
   flag('advertised-hostname-template', 'string', '{pod_name}.stargate.external', 'host advertised per pod and matched on :authority and SNI; must contain {pod_name}, may contain {namespace}'),
-  flag('advertised-grpc-port', 'int', '50071', 'port advertised in advertise_addr, after the rendered host (> 0): what Pylons dial, e.g. the Gateway port'),
+  flag('advertised-grpc-port', 'int', '50071', 'port after the rendered host in advertise_addr, the :authority Pylons register with (> 0)'),
   flag('grpc-pylon-dial-addr', 'string', undefined, 'required: the explicit http:// or https:// URI Pylons dial to reach the routers (e.g. the Gateway), written into every StargateInfo.grpc_pylon_dial_addr'),
   flag('remote-stargate-url', 'list', undefined, 'repeatable (or comma-separated): an explicit http(s) URI of another region\'s WatchStargates, sent sorted and deduplicated in watch_stargate_urls', { env: ['STARGATE_REMOTE_WATCH_URLS'] }),
   flag('allow-insecure-remote-watch-http', 'bool', 'false', 'allow http:// (cleartext) --remote-stargate-url values; without it they fail start-up'),
