@@ -100,7 +100,7 @@ async function main (): Promise<void> {
   t.teardown(() => router.shutdown())
   const frontDoor = router.frontDoor.port
   const tunnelPort = (WEBTRANSPORT ? router.tunnel.tcp?.port : router.tunnel.udp?.port) ?? 0
-  out(`   router: front door https 127.0.0.1:${frontDoor}, ${WEBTRANSPORT ? 'WebTransport tunnels https' : 'QUIC tunnels udp'} 127.0.0.1:${tunnelPort}, health http://127.0.0.1:${router.health.port}/readyz`)
+  out(`   router: front door https 127.0.0.1:${frontDoor} (--front-door-tls; cleartext h2c without it), ${WEBTRANSPORT ? 'WebTransport tunnels https' : 'QUIC tunnels udp'} 127.0.0.1:${tunnelPort}, health http://127.0.0.1:${router.health.port}/readyz`)
 
   // The Pylon: TLS to the router, verifying it against the demo CA.
   const credentials = grpc.credentials.createSsl(Buffer.from(ca.certPem))
