@@ -83,6 +83,8 @@ function configFieldOf (flag: string): keyof Config {
 }
 
 const renderer = await createRenderer(t)
+// ~30 helm renders, each a child process: more than tap's default 30 s on a loaded machine.
+t.setTimeout(180_000)
 
 t.test('every router flag is settable in the values: under config by name, or by the chart value that owns it', async (t) => {
   const values = parseYaml(await readFile(join(CHART, 'values.yaml'), 'utf8')) as { config: Record<string, unknown> }
