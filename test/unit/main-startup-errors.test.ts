@@ -11,8 +11,9 @@ import { writeFile } from 'node:fs/promises'
 import { FLAGS } from '../../lib/config/flags.ts'
 import { GRPC_PYLON_DIAL_ADDR, exitWithin, oneTargetFile, startProcess, tempDir } from '../fixtures/router-process.ts'
 
-// Child processes on a small shared machine: allow more than tap's default 30 s per file.
-t.setTimeout(120_000)
+// Child processes on a small shared machine: allow more than tap's default 30 s per file; the
+// starts that fail only after loading the whole router (TLS, listen) get a minute each.
+t.setTimeout(240_000)
 
 const DIAL = ['--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR]
 const DIAL_RULE = '--grpc-pylon-dial-addr must be an explicit http:// or https:// URI'
@@ -95,7 +96,7 @@ t.test('TLS material that cannot be used exits 1 (no insecure fallback)', async 
   const p = await startProcess(t, ['--discovery', 'file', '--targets-file', path, ...DIAL,
     '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
     '--tls-cert-path', join(dir, 'tls.crt'), '--tls-key-path', join(dir, 'tls.key')])
-  t.strictSame(await exitWithin(p, 30_000), { code: 1, signal: null })
+  t.strictSame(await exitWithin(p, 60_000), { code: 1, signal: null })
   t.equal(p.stderr(), `stargate-router: start-up failed: cannot load the server identity from ${join(dir, 'tls.crt')} and ${join(dir, 'tls.key')}: parse: certificate file is not pem: no "-----BEGIN" line found\n`)
 })
 
@@ -111,7 +112,7 @@ t.test('a listen port already in use exits 1 with a clear message', async (t) =>
   ]
   await Promise.all(cases.map(async ([why, args]) => {
     const p = await startProcess(t, ['--discovery', 'file', '--targets-file', path, ...DIAL, '--reverse-tunnel-listen-addr', '127.0.0.1:0', ...args])
-    t.strictSame(await exitWithin(p, 30_000), { code: 1, signal: null }, why)
+    t.strictSame(await exitWithin(p, 60_000), { code: 1, signal: null }, why)
     t.equal(p.stderr(),
       `stargate-router: cannot listen: listen EADDRINUSE: address already in use 127.0.0.1:${port}; choose another address with --listen-addr, --reverse-tunnel-listen-addr or --health-listen-addr\n`, why)
   }))
