@@ -11,7 +11,7 @@ import { GRPC_PYLON_DIAL_ADDR, exitWithin, httpGet, startProcess, startReadyRout
 const exec = promisify(execFile)
 
 // Child processes on a small shared machine: allow more than tap's default 30 s per file.
-t.setTimeout(120_000)
+t.setTimeout(240_000)
 
 t.test('a ready router shuts down on SIGTERM or SIGINT with exit 0 and a last "shutdown complete" log line', async (t) => {
   await Promise.all((['SIGTERM', 'SIGINT'] as const).map(async (signal) => {
@@ -52,7 +52,7 @@ t.test('a second signal during a long drain exits at once with code 1', async (t
   t.ok(p.logs().some((l) => l.msg === 'second signal: exiting at once'), 'logs why it exits early')
 })
 
-t.test('a signal while the router is still starting exits 0 at once, before anything listens', async (t) => {
+t.test('a signal while the router is still starting exits 0 without finishing the start-up, before anything listens', async (t) => {
   // A FIFO as the targets file: opening it blocks until a writer comes, which holds the
   // start-up at reading the first targets, however fast or loaded the machine is.
   const dir = await tempDir(t)
@@ -63,7 +63,9 @@ t.test('a signal while the router is still starting exits 0 at once, before anyt
       '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0'])
     await waitFor(() => p.logs().some((l) => l.msg === 'starting stargate router'), { timeoutMs: 30_000, message: 'the starting log line' })
     p.child.kill(signal)
-    t.strictSame(await exitWithin(p, 15_000), { code: 0, signal: null }, signal)
+    // The handler runs when the event loop turns: on a loaded machine that waits for the
+    // router's modules to load (13 s seen at load average 8), so the bound is generous.
+    t.strictSame(await exitWithin(p, 60_000), { code: 0, signal: null }, signal)
     const logs = p.logs()
     t.match(logs.at(-1), { msg: 'signal received during start-up: exiting', signal }, `${signal}: says why it stops`)
     t.notOk(logs.some((l) => l.msg === 'stargate router listening'), `${signal}: never listened`)
