@@ -12,6 +12,7 @@
  * Every failure is one line on stderr, `stargate-router: ` + what and the fix.
  */
 import { ConfigError, parseConfig, type Config } from '../lib/config/config.ts'
+import { pino } from 'pino'
 import { createLogger, type Logger } from '../lib/log.ts'
 
 /** A configuration error, before anything is logged: the one stderr line and the exit code. */
@@ -21,9 +22,11 @@ function fail (code: 1 | 2, message: string): never {
 }
 
 /**
- * Exits once the log lines written so far are out: pino's stdout destination is asynchronous,
- * and process.exit() right after logger.flush() dropped the last lines ("shutdown complete")
- * on a loaded machine. A stdout nobody reads must not hold the exit: 2 s at most.
+ * Exits once the log lines written so far are out: the stdout destination is asynchronous, and
+ * exiting while a write was in flight dropped the last lines ("shutdown complete") on a loaded
+ * machine. logger.flush(cb) waits for that write only with minLength > 0 (sonic-boom 4 calls
+ * back at once otherwise), hence the destination below. A stdout nobody reads must not hold
+ * the exit: 2 s at most.
  */
 function exitAfterLogs (logger: Logger, code: number): void {
   setTimeout(() => { process.exit(code) }, 2000)
@@ -95,7 +98,11 @@ function handleSignals (logger: Logger): { running (shutdown: () => Promise<void
 async function main (): Promise<void> {
   const config = readConfig()
   if (config === null) return
-  const logger = createLogger({ level: config.logLevel, format: config.logFormat })
+  // minLength 1: every line is written as soon as it is logged (as with 0), and flush(cb)
+  // waits for the write in flight (see exitAfterLogs). Pretty output goes to pino's transport.
+  const logger = config.logFormat === 'json'
+    ? createLogger({ level: config.logLevel, format: 'json', destination: pino.destination({ dest: 1, sync: false, minLength: 1 }) })
+    : createLogger({ level: config.logLevel, format: config.logFormat })
   const signals = handleSignals(logger)
   // After the handlers: from this line on a signal ends the start-up cleanly.
   logger.info({
