@@ -167,7 +167,8 @@ export async function startRouter (options: RouterOptions): Promise<RouterChild>
   const child = spawnNode(MAIN, [
     ...discovery,
     '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
-    '--log-level', 'info', '--shutdown-drain-ms', '200',
+    '--log-level', 'info', '--shutdown-drain-timeout-ms', '200',
+    '--grpc-pylon-dial-addr', 'https://stargate-router.example.com:443',
     ...(options.args ?? []),
   ], { nodeArgs, env: { ...process.env, ...options.env } })
   const listening = await child.next<{ frontDoor: { port: number }, health: { port: number } }>((v) => v.msg === 'stargate router listening')

@@ -88,17 +88,19 @@ async function main (): Promise<void> {
   const parsed = parseConfig([
     '--target-namespace', NAMESPACE,
     '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
-    '--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'),
+    '--grpc-pylon-dial-addr', 'https://router.stargate.external:443',
+    // TLS on the front door too, as an operator turns it on without a Gateway in front.
+    '--front-door-tls', '--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'),
     '--upstream-tls-cert-path', secret.path('ca.crt'),
     ...(WEBTRANSPORT ? ['--tunnel-protocol', 'webtransport'] : []),
-    '--tls-debounce-ms', '50', '--drain-grace-ms', '500', '--shutdown-drain-ms', '1000', '--watch-heartbeat-ms', '0',
+    '--tls-debounce-ms', '50', '--drain-grace-ms', '500', '--shutdown-drain-timeout-ms', '1000', '--watch-heartbeat-ms', '3600000',
   ], {})
   if (parsed.kind !== 'config') throw new Error('unexpected --help')
   const router: RunningRouter = await startRouter(parsed.config, { logger: createLogger({ level: 'error', format: 'json' }), kubeConfig: cluster.fake.kubeConfig(), discoveryBackoff: { baseMs: 100, maxMs: 1000 } })
   t.teardown(() => router.shutdown())
   const frontDoor = router.frontDoor.port
   const tunnelPort = (WEBTRANSPORT ? router.tunnel.tcp?.port : router.tunnel.udp?.port) ?? 0
-  out(`   router: front door https 127.0.0.1:${frontDoor}, ${WEBTRANSPORT ? 'WebTransport tunnels https' : 'QUIC tunnels udp'} 127.0.0.1:${tunnelPort}, health http://127.0.0.1:${router.health.port}/readyz`)
+  out(`   router: front door https 127.0.0.1:${frontDoor} (--front-door-tls; cleartext h2c without it), ${WEBTRANSPORT ? 'WebTransport tunnels https' : 'QUIC tunnels udp'} 127.0.0.1:${tunnelPort}, health http://127.0.0.1:${router.health.port}/readyz`)
 
   // The Pylon: TLS to the router, verifying it against the demo CA.
   const credentials = grpc.credentials.createSsl(Buffer.from(ca.certPem))

@@ -1,29 +1,121 @@
 /**
- * Process entry point: flags/env -> config -> startRouter, signals and exit codes.
- * Exit 2 with one line on invalid configuration; 0 after a graceful shutdown; a second
- * SIGTERM/SIGINT exits at once with 1.
+ * Process entry point: flags/env -> config -> startRouter, signals and exit codes, as the
+ * Rust stargate-k8s-router has them (issue 13):
+ *
+ *   2  usage error: unknown flag, a flag without its value, a value not of the flag's type,
+ *      a missing required flag (clap's exit code)
+ *   1  a configuration that parses but is invalid, or a start-up that fails (no Kubernetes
+ *      configuration, unusable TLS material, a port that cannot be bound); also a second
+ *      signal during the drain
+ *   0  --help, a graceful shutdown, or a signal that arrives while the router is starting
+ *
+ * Every failure is one line on stderr, `stargate-router: ` + what and the fix.
  */
-import { ConfigError, parseConfig } from '../lib/config/config.ts'
-import { createLogger } from '../lib/log.ts'
+import { ConfigError, parseConfig, type Config } from '../lib/config/config.ts'
+import { pino } from 'pino'
+import { createLogger, type Logger } from '../lib/log.ts'
 
-function fail (message: string): never {
+/** A configuration error, before anything is logged: the one stderr line and the exit code. */
+function fail (code: 1 | 2, message: string): never {
   process.stderr.write(`stargate-router: ${message}\n`)
-  process.exit(2)
+  process.exit(code)
+}
+
+/**
+ * Exits once the log lines written so far are out: the stdout destination is asynchronous, and
+ * exiting while a write was in flight dropped the last lines ("shutdown complete") on a loaded
+ * machine. logger.flush(cb) waits for that write only with minLength > 0 (sonic-boom 4 calls
+ * back at once otherwise), hence the destination below. A stdout nobody reads must not hold
+ * the exit: 2 s at most.
+ */
+function exitAfterLogs (logger: Logger, code: number): void {
+  setTimeout(() => { process.exit(code) }, 2000)
+  logger.flush(() => { process.exit(code) })
+}
+
+/** A start-up failure once logging runs: the one stderr line, then exit 1 after the logs. */
+function failAfterLogs (logger: Logger, message: string): void {
+  process.stderr.write(`stargate-router: ${message}\n`)
+  exitAfterLogs(logger, 1)
+}
+
+function readConfig (): Config | null {
+  try {
+    const parsed = parseConfig(process.argv.slice(2), process.env)
+    if (parsed.kind === 'config') return parsed.config
+    process.stdout.write(parsed.text)
+    return null
+  } catch (err) {
+    if (err instanceof ConfigError) fail(err.exitCode, err.message)
+    throw err
+  }
+}
+
+/** Where the process is, for the signal handler. */
+type Phase =
+  | { readonly kind: 'starting' }
+  | { readonly kind: 'running', shutdown (): Promise<void> }
+  | { readonly kind: 'stopping' }
+
+function handleSignals (logger: Logger): { running (shutdown: () => Promise<void>): void } {
+  let phase: Phase = { kind: 'starting' }
+  const onSignal = (signal: NodeJS.Signals): void => {
+    switch (phase.kind) {
+      case 'starting':
+        // Nothing is being served yet, so there is nothing to drain: stop cleanly now rather
+        // than finish a start-up nobody wants (a pod deleted while it starts).
+        logger.info({ signal }, 'signal received during start-up: exiting')
+        phase = { kind: 'stopping' }
+        exitAfterLogs(logger, 0)
+        break
+      case 'running': {
+        const { shutdown } = phase
+        phase = { kind: 'stopping' }
+        logger.info({ signal }, 'signal received')
+        shutdown().then(() => {
+          exitAfterLogs(logger, 0)
+        }, (err: unknown) => {
+          logger.error({ err }, 'shutdown failed')
+          exitAfterLogs(logger, 1)
+        })
+        break
+      }
+      case 'stopping':
+        logger.warn({ signal }, 'second signal: exiting at once')
+        exitAfterLogs(logger, 1)
+        break
+      default: {
+        const never: never = phase
+        throw new Error(`unexpected phase ${String(never)}`)
+      }
+    }
+  }
+  process.on('SIGTERM', onSignal)
+  process.on('SIGINT', onSignal)
+  return { running (shutdown) { phase = { kind: 'running', shutdown } } }
 }
 
 async function main (): Promise<void> {
-  let parsed
-  try {
-    parsed = parseConfig(process.argv.slice(2), process.env)
-  } catch (err) {
-    if (err instanceof ConfigError) fail(err.message)
-    throw err
-  }
-  if (parsed.kind === 'help') {
-    process.stdout.write(parsed.text)
-    return
-  }
-  const config = parsed.config
+  const config = readConfig()
+  if (config === null) return
+  // minLength 1: every line is written as soon as it is logged (as with 0), and flush(cb)
+  // waits for the write in flight (see exitAfterLogs). Pretty output goes to pino's transport.
+  const logger = config.logFormat === 'json'
+    ? createLogger({ level: config.logLevel, format: 'json', destination: pino.destination({ dest: 1, sync: false, minLength: 1 }) })
+    : createLogger({ level: config.logLevel, format: config.logFormat })
+  const signals = handleSignals(logger)
+  // After the handlers: from this line on a signal ends the start-up cleanly.
+  logger.info({
+    listenAddr: config.listenAddr,
+    reverseTunnelListenAddr: config.reverseTunnelListenAddr,
+    healthListenAddr: config.healthListenAddr,
+    discovery: config.discovery,
+    targetNamespace: config.targetNamespace,
+    targetServiceName: config.targetServiceName,
+    advertisedHostnameTemplate: config.advertisedHostnameTemplate,
+    tunnelProtocol: config.tunnelProtocol,
+    frontDoorTls: config.frontDoorTls,
+  }, 'starting stargate router')
   // Loaded only now: the Kubernetes client and the server stack take about a second of CPU
   // to import, which --help and configuration errors should not pay.
   const { loadKubeConfig } = await import('../lib/discovery/kube-config.ts')
@@ -32,42 +124,25 @@ async function main (): Promise<void> {
   // Peer discovery through --peer-service watches the API server even with --discovery file.
   if (config.discovery === 'kubernetes' || (config.enablePeerDiscovery && config.peerService !== null)) {
     const loaded = loadKubeConfig(process.env)
-    if (!loaded.ok) fail(loaded.message)
+    if (!loaded.ok) {
+      failAfterLogs(logger, loaded.message)
+      return
+    }
     kubeConfig = loaded.kubeConfig
   }
-  const logger = createLogger({ level: config.logLevel, format: config.logFormat })
   let router
   try {
     router = await startRouter(config, { logger, ...(kubeConfig === undefined ? {} : { kubeConfig }) })
   } catch (err) {
     const e = err as NodeJS.ErrnoException
     const message = e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL'
-      ? `cannot listen: ${e.message}; choose another address with --listen-addr / --health-listen-addr`
+      ? `cannot listen: ${e.message}; choose another address with --listen-addr, --reverse-tunnel-listen-addr or --health-listen-addr`
       : `start-up failed: ${e.message}`
     logger.fatal({ err: e.message }, message)
-    logger.flush()
-    fail(message)
+    failAfterLogs(logger, message)
+    return
   }
-  let signals = 0
-  const onSignal = (signal: NodeJS.Signals): void => {
-    signals++
-    if (signals > 1) {
-      logger.warn({ signal }, 'second signal: exiting at once')
-      logger.flush()
-      process.exit(1)
-    }
-    logger.info({ signal }, 'signal received')
-    router.shutdown().then(() => {
-      logger.flush()
-      process.exit(0)
-    }, (err: unknown) => {
-      logger.error({ err }, 'shutdown failed')
-      logger.flush()
-      process.exit(1)
-    })
-  }
-  process.on('SIGTERM', onSignal)
-  process.on('SIGINT', onSignal)
+  signals.running(router.shutdown)
 }
 
 await main()

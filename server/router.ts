@@ -11,7 +11,7 @@ import { SnapshotStore } from '../lib/discovery/snapshot-store.ts'
 import { KubernetesTargetSource } from '../lib/discovery/kubernetes.ts'
 import { FileTargetSource } from '../lib/discovery/file.ts'
 import type { DiscoveryStatus } from '../lib/discovery/types.ts'
-import { WatchStargatesHub } from '../lib/control-plane/watch-stargates.ts'
+import { SHUTDOWN_MESSAGE, WatchStargatesHub } from '../lib/control-plane/watch-stargates.ts'
 import { createGrpcDispatch } from '../lib/control-plane/grpc-dispatch.ts'
 import { GrpcStatus, respondWithStatus } from '../lib/control-plane/grpc.ts'
 import { RegistrationForwarder } from '../lib/control-plane/registration-forwarder.ts'
@@ -104,8 +104,8 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   // Peer discovery (SPEC §10): null when off, so no extra watch, timer or route.
   const peers = await startPeers({ config, snapshot: store, metrics, logger, kubeConfig: deps.kubeConfig, backoff: deps.discoveryBackoff })
 
-  // Created once the front door listens: with --listen-addr :0 the advertised port is only
-  // known then. Until then a watch is refused (that window is the listen call itself).
+  // Created once every listener is up; a watch that arrives before is refused (that window is
+  // the listen calls themselves).
   let hub: WatchStargatesHub | null = null
   const upstreamPool = new UpstreamPool({
     connectTimeoutMs: config.connectTimeoutMs,
@@ -129,7 +129,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     connectTimeoutMs: config.connectTimeoutMs,
     tls: tls.upstream,
     serverName: (target) => template.render(target.identity),
-    closeGraceMs: config.shutdownDrainMs,
+    closeGraceMs: config.shutdownDrainTimeoutMs,
   })
   const httpForwarder = new HttpForwarder({
     snapshot: store,
@@ -184,9 +184,9 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   hub = new WatchStargatesHub({
     snapshot: store,
     template,
-    advertisedGrpcPort: config.advertisedGrpcPort === 0 ? frontDoorAddress.port : config.advertisedGrpcPort,
-    pylonGrpcDialAddr: config.pylonGrpcDialAddr,
-    remoteWatchUrls: config.remoteWatchUrls,
+    advertisedGrpcPort: config.advertisedGrpcPort,
+    grpcPylonDialAddr: config.grpcPylonDialAddr,
+    remoteStargateUrls: config.remoteStargateUrls,
     heartbeatMs: config.watchHeartbeatMs,
     metrics,
     logger,
@@ -199,10 +199,10 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   const shutdown = (): Promise<void> => {
     stopping ??= (async () => {
       readiness.startDraining()
-      logger.info({ drainMs: config.shutdownDrainMs }, 'shutting down: draining connections')
-      watchHub.close('router shutting down')
+      logger.info({ drainMs: config.shutdownDrainTimeoutMs }, 'shutting down: draining connections')
+      watchHub.close(SHUTDOWN_MESSAGE)
       runningTunnel.stopAccepting()
-      await frontDoor.close(config.shutdownDrainMs, () => { registrations.endAll('router shutting down') })
+      await frontDoor.close(config.shutdownDrainTimeoutMs, () => { registrations.endAll(SHUTDOWN_MESSAGE) })
       await runningTunnel.close()
       registrations.close()
       upstreamPool.close(1000)

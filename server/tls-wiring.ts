@@ -35,8 +35,10 @@ export function upstreamTrustPath (config: Config): string | null {
 
 /**
  * Starts the TLS material manager. Tunnels always terminate TLS, so without a configured
- * identity a self-signed one is generated for the template's hosts (and logged); the front
- * door uses TLS only with a configured identity (h2c otherwise, as the Rust router).
+ * identity a self-signed one is generated for the template's hosts (and logged). The front
+ * door uses TLS only when --front-door-tls asks for it (with the configured identity, which
+ * config validation requires); otherwise it is h2c + HTTP/1.1, as in the Rust router, whose
+ * --tls-cert-path/--tls-key-path are the tunnels' identity only (issue 13).
  */
 export async function startTls (config: Config, selfSignedHost: string, metrics: RouterMetrics, logger: Logger): Promise<RouterTls> {
   const trustPath = upstreamTrustPath(config)
@@ -52,7 +54,7 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
   })
   const requireClientCert = config.clientCaPath !== null
   const state = manager.state()
-  const frontDoor: FrontDoorTls | null = config.tlsCertPath !== null
+  const frontDoor: FrontDoorTls | null = config.frontDoorTls
     ? { options: serverContextOptions(state, { withClientTrust: requireClientCert }), requireClientCert }
     : null
 

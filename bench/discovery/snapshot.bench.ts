@@ -209,7 +209,7 @@ collectGarbage()
   // synchronously in the store's publish loop.
   const compiled = compileHostnameTemplate('{pod_name}.stargate.external', NAMESPACE)
   if (!compiled.ok) throw new Error(compiled.message)
-  const options = { template: compiled.template, advertisedGrpcPort: 443, pylonGrpcDialAddr: 'pylon.stargate.svc.cluster.local:50051', remoteWatchUrls: [] }
+  const options = { template: compiled.template, advertisedGrpcPort: 443, grpcPylonDialAddr: 'https://stargate-router.example.com:443', remoteStargateUrls: [] }
   const snapshot = live.store.current()
   let bytes = 0
   const stats = await measure(() => {

@@ -1,6 +1,6 @@
 /**
  * Issue 4 benchmark: TLS material hot reload (lib/tls/) as a client sees it on the front
- * door. The router runs in its own process with --tls-cert-path/--tls-key-path on a
+ * door. The router runs in its own process with --front-door-tls --tls-cert-path/--tls-key-path on a
  * projected volume (test/fixtures/projected-volume.ts writes it the way kubelet's atomic
  * writer does: a new generation directory, then a rename of `..data`), with the default
  * directory watcher (debounce --tls-debounce-ms 200) and the default 5-minute poll, so only
@@ -48,7 +48,7 @@ const volume = await ProjectedVolume.create(join(dir, 'tls'), files(leaves[0] as
 let current = 0
 const router = await startRouter({
   targetsFile: writeTargetsFile(dir, [{ identity: 'stargate-0', address: '127.0.0.1', grpcPort: 9 }]),
-  args: ['--tls-cert-path', volume.path('tls.crt'), '--tls-key-path', volume.path('tls.key')],
+  args: ['--tls-cert-path', volume.path('tls.crt'), '--tls-key-path', volume.path('tls.key'), '--front-door-tls'],
 })
 const fingerprints = new Set(leaves.map((l) => l.x509.fingerprint256))
 

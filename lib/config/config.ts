@@ -1,10 +1,13 @@
 /**
  * Typed configuration: argv + environment -> Config, validated once at start-up.
  * Invalid input is a ConfigError whose message is the single line the process prints
- * before exiting with code 2 (SPEC §2).
+ * before exiting (SPEC §2), with the Rust router's exit codes: 2 for a usage error (an
+ * unknown flag, a flag without its value, a value that is not of the flag's type, a
+ * missing required flag), 1 for a configuration that parses but is invalid.
  */
 import { parseArgs } from 'node:util'
 import { FLAGS, type FlagSpec } from './flags.ts'
+import { checkExplicitUri, describeUriProblem } from './explicit-uri.ts'
 import { compileHostnameTemplate } from '../routing/hostname-template.ts'
 
 export interface ListenAddress {
@@ -26,8 +29,11 @@ export interface Config {
   readonly maxSnapshotStalenessMs: number
   readonly advertisedHostnameTemplate: string
   readonly advertisedGrpcPort: number
-  readonly pylonGrpcDialAddr: string
-  readonly remoteWatchUrls: readonly string[]
+  /** Written into every StargateInfo.grpc_pylon_dial_addr, verbatim. */
+  readonly grpcPylonDialAddr: string
+  /** Sorted and deduplicated: watch_stargate_urls as sent. */
+  readonly remoteStargateUrls: readonly string[]
+  readonly allowInsecureRemoteWatchHttp: boolean
   readonly watchHeartbeatMs: number
   readonly connectTimeoutMs: number
   readonly drainGraceMs: number
@@ -41,11 +47,13 @@ export interface Config {
   readonly httpHeadersTimeoutMs: number
   readonly httpIdleTimeoutMs: number
   readonly httpRequestTimeoutMs: number
-  readonly shutdownDrainMs: number
+  readonly shutdownDrainTimeoutMs: number
   readonly http2MaxConcurrentStreams: number
   readonly http2MaxHeaderListBytes: number
   readonly tlsCertPath: string | null
   readonly tlsKeyPath: string | null
+  /** TLS on the front door, with the --tls-cert-path identity; false serves h2c + HTTP/1.1. */
+  readonly frontDoorTls: boolean
   readonly clientCaPath: string | null
   readonly upstreamTls: boolean
   readonly upstreamTlsCertPath: string | null
@@ -72,12 +80,25 @@ export interface Config {
   readonly quicMaxHandshakesPerAddress: number
 }
 
+/**
+ * usage: the command line or an environment variable cannot be read as the flags' types
+ * (exit 2, as clap's usage errors); invalid: it can, but the configuration is not usable
+ * (exit 1, as the Rust router's start-up errors).
+ */
+export type ConfigErrorKind = 'usage' | 'invalid'
+
 export class ConfigError extends Error {
+  readonly kind: ConfigErrorKind
   readonly flag: string
-  constructor (flag: string, message: string) {
+  constructor (kind: ConfigErrorKind, flag: string, message: string) {
     super(message)
     this.name = 'ConfigError'
+    this.kind = kind
     this.flag = flag
+  }
+
+  get exitCode (): 1 | 2 {
+    return this.kind === 'usage' ? 2 : 1
   }
 }
 
@@ -108,7 +129,7 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     values = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }).values as Record<string, RawValue>
   } catch (err) {
     const message = (err as Error).message.split('\n')[0] ?? 'invalid arguments'
-    throw new ConfigError('argv', `${message.replace(/^./, (c) => c.toLowerCase())}; run with --help to list the flags`)
+    throw new ConfigError('usage', 'argv', `${message.replace(/^./, (c) => c.toLowerCase())}; run with --help to list the flags`)
   }
   if (values.help === true) return { kind: 'help', text: helpText() }
 
@@ -116,10 +137,11 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     const spec = FLAGS.find((f) => f.name === name)
     if (spec === undefined) throw new Error(`unknown flag ${name}`)
     const fromArgv = values[name]
-    if (fromArgv !== undefined) return { value: fromArgv, from: `--${name}` }
+    // Comma-delimited on the command line too, as clap's value_delimiter reads it.
+    if (fromArgv !== undefined) return { value: Array.isArray(fromArgv) ? splitList(fromArgv) : fromArgv, from: `--${name}` }
     const fromEnv = readEnv(spec, env)
     if (fromEnv !== undefined) {
-      if (spec.kind === 'list') return { value: fromEnv.value.split(',').map((s) => s.trim()).filter((s) => s !== ''), from: fromEnv.from }
+      if (spec.kind === 'list') return { value: splitList([fromEnv.value]), from: fromEnv.from }
       if (spec.kind === 'bool') return { value: parseBool(name, fromEnv.from, fromEnv.value), from: fromEnv.from }
       return { value: fromEnv.value, from: fromEnv.from }
     }
@@ -132,57 +154,69 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     if (typeof value !== 'string') return null
     const spec = FLAGS.find((f) => f.name === name)
     if (spec?.choices !== undefined && !spec.choices.includes(value)) {
-      throw new ConfigError(name, `invalid --${name} '${value}': must be one of ${spec.choices.join(', ')}`)
+      throw new ConfigError('usage', name, `invalid --${name} '${value}': must be one of ${spec.choices.join(', ')}`)
     }
     return value
   }
   const int = (name: string, min: number, max: number): number | null => {
     const { value } = get(name)
     if (typeof value !== 'string') return null
-    if (!/^\d+$/.test(value)) throw new ConfigError(name, `invalid --${name} '${value}': expected a whole number`)
+    if (!/^\d+$/.test(value)) throw new ConfigError('usage', name, `invalid --${name} '${value}': expected a whole number`)
     const n = Number(value)
-    if (n < min || n > max) throw new ConfigError(name, `invalid --${name} ${n}: must be between ${min} and ${max}`)
+    if (n < min || n > max) throw new ConfigError('invalid', name, `invalid --${name} ${n}: must be between ${min} and ${max}`)
     return n
   }
   const bool = (name: string): boolean => get(name).value === true
-  const list = (name: string): readonly string[] => {
-    const { value } = get(name)
-    return Array.isArray(value) ? value : []
-  }
   const required = (name: string, value: string | null, fix: string): string => {
-    if (value === null || value === '') throw new ConfigError(name, `missing --${name}: ${fix}`)
+    if (value === null || value === '') throw new ConfigError('usage', name, `missing --${name}: ${fix}`)
     return value
   }
 
-  const MAX_MS = 24 * 3600 * 1000
-  const listenAddr = parseListenAddress('listen-addr', required('listen-addr', str('listen-addr'), 'give host:port'))
+  // Usage errors first (exit 2), in table order, as clap reports them before any validation.
+  for (const spec of FLAGS) {
+    const { value } = get(spec.name)
+    if (typeof value !== 'string') continue
+    if (spec.kind === 'int' && !/^\d+$/.test(value)) throw new ConfigError('usage', spec.name, `invalid --${spec.name} '${value}': expected a whole number`)
+    if (spec.kind === 'string') str(spec.name)
+  }
+  for (const name of ADDRESS_FLAGS) parseListenAddress(name, required(name, str(name), 'give host:port'))
   const discovery = str('discovery') as Config['discovery']
   const targetNamespace = str('target-namespace') ?? ''
   if (discovery === 'kubernetes' && targetNamespace === '') {
-    throw new ConfigError('target-namespace', 'missing --target-namespace: set it or POD_NAMESPACE (the downward API provides it in a pod)')
+    throw new ConfigError('usage', 'target-namespace', 'missing --target-namespace: set it or POD_NAMESPACE (the downward API provides it in a pod)')
   }
   const targetsFile = str('targets-file')
   if (discovery === 'file' && (targetsFile === null || targetsFile === '')) {
-    throw new ConfigError('targets-file', 'missing --targets-file: --discovery file needs a YAML or JSON file of targets')
+    throw new ConfigError('usage', 'targets-file', 'missing --targets-file: --discovery file needs a YAML or JSON file of targets')
   }
+  const grpcPylonDialAddr = required('grpc-pylon-dial-addr', str('grpc-pylon-dial-addr'),
+    'give the http:// or https:// URI Pylons dial to reach the routers, e.g. https://stargate-router.example.com:443')
+
+  // Then what parses but cannot work (exit 1).
+  const MAX_MS = 24 * 3600 * 1000
+  const listenAddr = parseListenAddress('listen-addr', required('listen-addr', str('listen-addr'), 'give host:port'))
   const template = required('advertised-hostname-template', str('advertised-hostname-template'), 'give a template such as {pod_name}.stargate.example')
   const compiled = compileHostnameTemplate(template, targetNamespace === '' ? 'default' : targetNamespace)
-  if (!compiled.ok) throw new ConfigError('advertised-hostname-template', `invalid --advertised-hostname-template: ${compiled.message}`)
+  if (!compiled.ok) throw new ConfigError('invalid', 'advertised-hostname-template', `invalid --advertised-hostname-template: ${compiled.message}`)
 
   const relayIdleTimeoutMs = int('relay-idle-timeout-ms', 1, MAX_MS) ?? 300000
   const relayKeepAliveMs = int('relay-keep-alive-ms', 0, MAX_MS) ?? 10000
   if (relayKeepAliveMs !== 0 && relayKeepAliveMs >= relayIdleTimeoutMs) {
-    throw new ConfigError('relay-keep-alive-ms', `invalid --relay-keep-alive-ms ${relayKeepAliveMs}: must be less than --relay-idle-timeout-ms ${relayIdleTimeoutMs} (or 0 to disable keep-alive)`)
+    throw new ConfigError('invalid', 'relay-keep-alive-ms', `invalid --relay-keep-alive-ms ${relayKeepAliveMs}: must be less than --relay-idle-timeout-ms ${relayIdleTimeoutMs} (or 0 to disable keep-alive)`)
   }
   const tlsCertPath = emptyToNull(str('tls-cert-path'))
   const tlsKeyPath = emptyToNull(str('tls-key-path'))
   if ((tlsCertPath === null) !== (tlsKeyPath === null)) {
     const missing = tlsCertPath === null ? 'tls-cert-path' : 'tls-key-path'
-    throw new ConfigError(missing, `missing --${missing}: --tls-cert-path and --tls-key-path must be given together`)
+    throw new ConfigError('invalid', missing, `missing --${missing}: --tls-cert-path and --tls-key-path must be given together`)
   }
   const clientCaPath = emptyToNull(str('client-ca-path'))
   if (clientCaPath !== null && tlsCertPath === null) {
-    throw new ConfigError('client-ca-path', 'invalid --client-ca-path: client certificate verification needs a server identity; also set --tls-cert-path and --tls-key-path')
+    throw new ConfigError('invalid', 'client-ca-path', 'invalid --client-ca-path: client certificate verification needs a server identity; also set --tls-cert-path and --tls-key-path')
+  }
+  const frontDoorTls = bool('front-door-tls')
+  if (frontDoorTls && tlsCertPath === null) {
+    throw new ConfigError('invalid', 'front-door-tls', 'invalid --front-door-tls: TLS on the front door needs a server identity; also set --tls-cert-path and --tls-key-path (or leave TLS to the Gateway in front)')
   }
   const enablePeerDiscovery = bool('enable-peer-discovery')
   const peerService = emptyToNull(str('peer-service'))
@@ -191,22 +225,34 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
   const podName = emptyToNull(env.POD_NAME ?? null)
   if (enablePeerDiscovery) {
     if (peerService === null && peersFile === null) {
-      throw new ConfigError('peer-service', 'missing --peer-service: --enable-peer-discovery needs the router\'s own Service name (or --peers-file without Kubernetes)')
+      throw new ConfigError('invalid', 'peer-service', 'missing --peer-service: --enable-peer-discovery needs the router\'s own Service name (or --peers-file without Kubernetes)')
     }
     if (peerService !== null && peersFile !== null) {
-      throw new ConfigError('peers-file', 'invalid --peers-file: give --peer-service or --peers-file, not both')
+      throw new ConfigError('invalid', 'peers-file', 'invalid --peers-file: give --peer-service or --peers-file, not both')
     }
     if (peerService !== null && !DNS_LABEL.test(peerService)) {
-      throw new ConfigError('peer-service', `invalid --peer-service '${peerService}': must be a Service name (a lower-case DNS label such as stargate-router)`)
+      throw new ConfigError('invalid', 'peer-service', `invalid --peer-service '${peerService}': must be a Service name (a lower-case DNS label such as stargate-router)`)
     }
     if (peerService !== null && podIp === null && podName === null) {
-      throw new ConfigError('enable-peer-discovery', 'invalid --enable-peer-discovery: set POD_IP or POD_NAME from the downward API (status.podIP, metadata.name) so the replica can exclude itself from its peers')
+      throw new ConfigError('invalid', 'enable-peer-discovery', 'invalid --enable-peer-discovery: set POD_IP or POD_NAME from the downward API (status.podIP, metadata.name) so the replica can exclude itself from its peers')
     }
   }
-  for (const url of list('remote-watch-url')) {
-    // URL.canParse alone accepts 'router.example:50071' (scheme 'router.example:'); Pylons dial these.
-    const parsedUrl = URL.parse(url)
-    if (parsedUrl === null || (parsedUrl.protocol !== 'http:' && parsedUrl.protocol !== 'https:') || parsedUrl.hostname === '') throw new ConfigError('remote-watch-url', `invalid --remote-watch-url '${url}': expected an http:// or https:// URL such as https://router.other-cluster.example:50071`)
+  const dialCheck = checkExplicitUri(grpcPylonDialAddr)
+  if (!dialCheck.ok) {
+    throw new ConfigError('invalid', 'grpc-pylon-dial-addr', `--grpc-pylon-dial-addr must be an explicit http:// or https:// URI: ${describeUriProblem(grpcPylonDialAddr, dialCheck.problem)}; e.g. https://stargate-router.example.com:443`)
+  }
+  const remote = get('remote-stargate-url')
+  const remoteSource = remote.from === '--remote-stargate-url' || remote.from === 'default' ? '--remote-stargate-url' : `--remote-stargate-url (${remote.from})`
+  const allowInsecureRemoteWatchHttp = bool('allow-insecure-remote-watch-http')
+  const remoteStargateUrls = Array.isArray(remote.value) ? remote.value as readonly string[] : []
+  for (const url of remoteStargateUrls) {
+    const check = checkExplicitUri(url)
+    if (!check.ok) {
+      throw new ConfigError('invalid', 'remote-stargate-url', `invalid ${remoteSource}: remote Watch URL must be an explicit http:// or https:// URI: ${describeUriProblem(url, check.problem)}`)
+    }
+    if (check.scheme === 'http' && !allowInsecureRemoteWatchHttp) {
+      throw new ConfigError('invalid', 'remote-stargate-url', `invalid ${remoteSource} '${url}': http:// remote Watch URLs require --allow-insecure-remote-watch-http; use https:// or set that flag`)
+    }
   }
 
   const config: Config = {
@@ -222,10 +268,12 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     httpPortName: required('http-port-name', str('http-port-name'), 'name the HTTP port'),
     maxSnapshotStalenessMs: int('max-snapshot-staleness-ms', 0, MAX_MS) ?? 0,
     advertisedHostnameTemplate: template,
-    advertisedGrpcPort: int('advertised-grpc-port', 1, 65535) ?? listenAddr.port,
-    pylonGrpcDialAddr: str('pylon-grpc-dial-addr') ?? '',
-    remoteWatchUrls: list('remote-watch-url'),
-    watchHeartbeatMs: int('watch-heartbeat-ms', 0, MAX_MS) ?? 5000,
+    advertisedGrpcPort: int('advertised-grpc-port', 1, 65535) ?? 50071,
+    grpcPylonDialAddr,
+    // Sorted and deduplicated once here, as the Rust router sends them (issue 13).
+    remoteStargateUrls: [...new Set(remoteStargateUrls)].sort(),
+    allowInsecureRemoteWatchHttp,
+    watchHeartbeatMs: int('watch-heartbeat-ms', 1, MAX_MS) ?? 5000,
     connectTimeoutMs: int('connect-timeout-ms', 1, MAX_MS) ?? 5000,
     drainGraceMs: int('drain-grace-ms', 0, MAX_MS) ?? 30000,
     grpcMaxMessageBytes: int('grpc-max-message-bytes', 1024, 64 * 1024 * 1024) ?? 4194304,
@@ -238,11 +286,12 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     httpHeadersTimeoutMs: int('http-headers-timeout-ms', 1, MAX_MS) ?? 30000,
     httpIdleTimeoutMs: int('http-idle-timeout-ms', 1, MAX_MS) ?? 300000,
     httpRequestTimeoutMs: int('http-request-timeout-ms', 0, MAX_MS) ?? 0,
-    shutdownDrainMs: int('shutdown-drain-ms', 0, MAX_MS) ?? 25000,
+    shutdownDrainTimeoutMs: int('shutdown-drain-timeout-ms', 1, MAX_MS) ?? 30000,
     http2MaxConcurrentStreams: int('http2-max-concurrent-streams', 1, 1_000_000) ?? 1000,
     http2MaxHeaderListBytes: int('http2-max-header-list-bytes', 1024, 1024 * 1024) ?? 16384,
     tlsCertPath,
     tlsKeyPath,
+    frontDoorTls,
     clientCaPath,
     upstreamTls: bool('upstream-tls'),
     upstreamTlsCertPath: emptyToNull(str('upstream-tls-cert-path')),
@@ -269,8 +318,16 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
   return { kind: 'config', config }
 }
 
+/** Flags whose value is host:port (a SocketAddr in the Rust router: a malformed one is a usage error). */
+const ADDRESS_FLAGS = ['listen-addr', 'reverse-tunnel-listen-addr', 'health-listen-addr'] as const
+
 /** A Service name (RFC 1035 label), as Kubernetes validates it. */
 const DNS_LABEL = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/
+
+/** List values, each split on commas, trimmed, empty entries dropped. */
+function splitList (values: readonly string[]): string[] {
+  return values.flatMap((v) => v.split(',')).map((s) => s.trim()).filter((s) => s !== '')
+}
 
 function emptyToNull (value: string | null): string | null {
   return value === null || value === '' ? null : value
@@ -280,14 +337,14 @@ function parseBool (flagName: string, envName: string, value: string): boolean {
   switch (value.toLowerCase()) {
     case 'true': case '1': case 'yes': return true
     case 'false': case '0': case 'no': return false
-    default: throw new ConfigError(flagName, `invalid --${flagName} (${envName}) '${value}': expected true or false`)
+    default: throw new ConfigError('usage', flagName, `invalid --${flagName} (${envName}) '${value}': expected true or false`)
   }
 }
 
 /** host:port or [v6]:port; the port may be 0 (tests bind an ephemeral port). */
 export function parseListenAddress (flagName: string, value: string): ListenAddress {
   const fail = (why: string): never => {
-    throw new ConfigError(flagName, `invalid --${flagName} '${value}': ${why}; expected host:port such as 0.0.0.0:50071 or [::]:50071`)
+    throw new ConfigError('usage', flagName, `invalid --${flagName} '${value}': ${why}; expected host:port such as 0.0.0.0:50071 or [::]:50071`)
   }
   let host: string
   let portText: string

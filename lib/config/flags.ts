@@ -40,7 +40,7 @@ function flag (
 
 export const FLAGS: readonly FlagSpec[] = [
   // Listeners (Rust names and defaults)
-  flag('listen-addr', 'string', '0.0.0.0:50071', 'front door: gRPC control plane and LLM client HTTP (TCP)'),
+  flag('listen-addr', 'string', '0.0.0.0:50071', 'front door (TCP): gRPC control plane and LLM client HTTP, cleartext h2c + HTTP/1.1 unless --front-door-tls'),
   flag('reverse-tunnel-listen-addr', 'string', '0.0.0.0:50072', 'reverse tunnels: QUIC on UDP, WebTransport over HTTP/2 on TCP with the same port'),
   flag('health-listen-addr', 'string', '0.0.0.0:8080', '/livez, /readyz, /metrics, /debug/* (plain HTTP)'),
 
@@ -56,10 +56,11 @@ export const FLAGS: readonly FlagSpec[] = [
 
   // Advertisement
   flag('advertised-hostname-template', 'string', '{pod_name}.stargate.external', 'host advertised per pod and matched on :authority and SNI; must contain {pod_name}, may contain {namespace}'),
-  flag('advertised-grpc-port', 'int', undefined, 'port advertised in advertise_addr (default: the --listen-addr port)'),
-  flag('pylon-grpc-dial-addr', 'string', '', 'written into StargateInfo.grpc_pylon_dial_addr (empty: not set)'),
-  flag('remote-watch-url', 'list', undefined, 'repeatable; sent in WatchStargatesResponse.watch_stargate_urls (env: comma-separated)'),
-  flag('watch-heartbeat-ms', 'int', '5000', 're-send the unchanged Stargate set to watchers this often; 0 disables'),
+  flag('advertised-grpc-port', 'int', '50071', 'port after the rendered host in advertise_addr, the :authority Pylons register with (> 0)'),
+  flag('grpc-pylon-dial-addr', 'string', undefined, 'required: the explicit http:// or https:// URI Pylons dial to reach the routers (e.g. the Gateway), written into every StargateInfo.grpc_pylon_dial_addr'),
+  flag('remote-stargate-url', 'list', undefined, 'repeatable (or comma-separated): an explicit http(s) URI of another region\'s WatchStargates, sent sorted and deduplicated in watch_stargate_urls', { env: ['STARGATE_REMOTE_WATCH_URLS'] }),
+  flag('allow-insecure-remote-watch-http', 'bool', 'false', 'allow http:// (cleartext) --remote-stargate-url values; without it they fail start-up'),
+  flag('watch-heartbeat-ms', 'int', '5000', 're-send the unchanged Stargate set to watchers at least this often (> 0)'),
 
   // Forwarding and relaying
   flag('connect-timeout-ms', 'int', '5000', 'timeout for connecting to a Stargate pod'),
@@ -82,12 +83,13 @@ export const FLAGS: readonly FlagSpec[] = [
   flag('http-request-timeout-ms', 'int', '0', 'total time a forwarded request may take; 0 means no limit (LLM streams are long)'),
   flag('http2-max-concurrent-streams', 'int', '1000', 'HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients of the front door'),
   flag('http2-max-header-list-bytes', 'int', '16384', 'largest request header list (HTTP/2 SETTINGS_MAX_HEADER_LIST_SIZE, HTTP/1.1 header size) on the front door'),
-  flag('shutdown-drain-ms', 'int', '25000', 'on SIGTERM, how long in-flight streams and requests may finish'),
+  flag('shutdown-drain-timeout-ms', 'int', '30000', 'on SIGTERM, how long in-flight streams and requests may finish (> 0)'),
 
   // TLS
-  flag('tls-cert-path', 'string', undefined, 'server certificate chain (PEM); with --tls-key-path enables TLS on the front door and tunnels'),
-  flag('tls-key-path', 'string', undefined, 'server private key (PEM); required with --tls-cert-path'),
-  flag('client-ca-path', 'string', undefined, 'CA bundle (PEM) for verifying Pylon client certificates (mTLS); needs a server identity'),
+  flag('tls-cert-path', 'string', undefined, 'server certificate chain (PEM) of the reverse tunnels (QUIC, WebTransport) and, with --front-door-tls, of the front door; without it the tunnels use a generated self-signed identity'),
+  flag('tls-key-path', 'string', undefined, 'private key (PEM) of --tls-cert-path; the two go together'),
+  flag('front-door-tls', 'bool', 'false', 'serve TLS (ALPN h2, http/1.1) on --listen-addr with the --tls-cert-path identity; off, the front door is cleartext h2c + HTTP/1.1 behind a TLS-terminating Gateway'),
+  flag('client-ca-path', 'string', undefined, 'CA bundle (PEM) for verifying Pylon client certificates (mTLS) on the tunnel port and, with --front-door-tls, the front door; needs --tls-cert-path'),
   flag('upstream-tls', 'bool', 'false', 'dial Stargate pods over TLS (gRPC and HTTP)'),
   flag('upstream-tls-cert-path', 'string', undefined, 'CA bundle (PEM) trusted when dialing Stargate pods (default: the router certificate file)'),
   flag('quic-insecure', 'bool', 'false', 'do not verify Stargate certificates on the QUIC upstream leg'),

@@ -1,5 +1,7 @@
 /**
- * WatchStargates, answered by the router from its own snapshot (SPEC §5). One encoded
+ * WatchStargates, answered by the router from its own snapshot (SPEC §5), with the fields
+ * the Rust router sends: advertise_addr = rendered host + --advertised-grpc-port,
+ * http_advertise_addr empty, grpc_pylon_dial_addr = --grpc-pylon-dial-addr. One encoded
  * frame per advertised set is shared by every watcher (encode once, write many). A watcher
  * whose stream is congested holds at most one pending frame, always the latest: every
  * message is a full set, so an intermediate one can be skipped without losing anything.
@@ -17,8 +19,10 @@ export interface WatchStargatesOptions {
   readonly snapshot: SnapshotReader
   readonly template: HostnameTemplate
   readonly advertisedGrpcPort: number
-  readonly pylonGrpcDialAddr: string
-  readonly remoteWatchUrls: readonly string[]
+  /** --grpc-pylon-dial-addr, written into every StargateInfo. */
+  readonly grpcPylonDialAddr: string
+  /** --remote-stargate-url, already sorted and deduplicated (lib/config). */
+  readonly remoteStargateUrls: readonly string[]
   readonly heartbeatMs: number
   readonly metrics: RouterMetrics
   readonly logger: Logger
@@ -58,6 +62,9 @@ function onWatcherClose (this: ServerHttp2Stream): void {
 
 const watchers = new WeakMap<ServerHttp2Stream, Watcher>()
 
+/** The status message both RPCs end with on shutdown, as the Rust router words it. */
+export const SHUTDOWN_MESSAGE = 'router is shutting down'
+
 export class WatchStargatesHub {
   readonly #options: WatchStargatesOptions
   readonly #watchers = new Set<Watcher>()
@@ -90,7 +97,7 @@ export class WatchStargatesHub {
   /** Serves one WatchStargates call on a stream whose request headers were accepted. */
   handle (stream: ServerHttp2Stream): void {
     if (this.#closed) {
-      stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': 'router shutting down' }, { endStream: true })
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': SHUTDOWN_MESSAGE }, { endStream: true })
       return
     }
     stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true })
@@ -121,7 +128,7 @@ export class WatchStargatesHub {
   }
 
   /** Ends every watch stream with UNAVAILABLE so clients re-watch elsewhere; refuses new ones. */
-  close (message = 'router shutting down'): void {
+  close (message = SHUTDOWN_MESSAGE): void {
     if (this.#closed) return
     this.#closed = true
     if (this.#timer !== null) clearInterval(this.#timer)
@@ -154,15 +161,13 @@ export class WatchStargatesHub {
   }
 }
 
-/** Whether two snapshots advertise the same entries: same identities, same http presence. */
+/** Whether two snapshots advertise the same entries: an entry is made from the identity only. */
 function sameAdvertised (a: TargetSnapshot | null, b: TargetSnapshot): boolean {
   if (a === null || a.targets.length !== b.targets.length) return false
   const x = a.targets
   const y = b.targets
   for (let i = 0; i < x.length; i++) {
-    const p = x[i] as PodTarget
-    const q = y[i] as PodTarget
-    if (p.identity !== q.identity || (p.httpPort === null) !== (q.httpPort === null)) return false
+    if ((x[i] as PodTarget).identity !== (y[i] as PodTarget).identity) return false
   }
   return true
 }
@@ -170,18 +175,17 @@ function sameAdvertised (a: TargetSnapshot | null, b: TargetSnapshot): boolean {
 /** The framed WatchStargatesResponse advertising every ready target, sorted by id. */
 export function encodeStargates (
   snapshot: TargetSnapshot,
-  options: Pick<WatchStargatesOptions, 'template' | 'advertisedGrpcPort' | 'pylonGrpcDialAddr' | 'remoteWatchUrls'>
+  options: Pick<WatchStargatesOptions, 'template' | 'advertisedGrpcPort' | 'grpcPylonDialAddr' | 'remoteStargateUrls'>
 ): Buffer {
   const port = `:${options.advertisedGrpcPort}`
-  const stargates = snapshot.targets.map((target) => {
-    const host = options.template.render(target.identity)
-    return {
-      stargateId: target.identity,
-      advertiseAddr: host + port,
-      httpAdvertiseAddr: target.httpPort === null ? '' : host + port,
-      grpcPylonDialAddr: options.pylonGrpcDialAddr,
-    }
-  })
-  const message = create(WatchStargatesResponseSchema, { stargates, watchStargateUrls: [...options.remoteWatchUrls] })
+  // http_advertise_addr stays empty, as the Rust router sends it: LLM clients reach pods by
+  // Host through the front door, not at an address of their own (issue 13).
+  const stargates = snapshot.targets.map((target) => ({
+    stargateId: target.identity,
+    advertiseAddr: options.template.render(target.identity) + port,
+    httpAdvertiseAddr: '',
+    grpcPylonDialAddr: options.grpcPylonDialAddr,
+  }))
+  const message = create(WatchStargatesResponseSchema, { stargates, watchStargateUrls: [...options.remoteStargateUrls] })
   return frameMessage(toBinary(WatchStargatesResponseSchema, message))
 }

@@ -53,14 +53,16 @@ function findPort (ports: readonly unknown[], name: string, protocol: 'TCP' | 'U
   return 'missing'
 }
 
-/** Rule 1: targetRef.name when the ref is a Pod (or has no kind), else hostname, else none. */
+/**
+ * Rule 1: targetRef.name when the ref is a Pod (a ref without a kind counts as one, as in the
+ * Rust router), else none: the endpoint is skipped and counted `no_identity`. The upstream
+ * router dropped its `hostname` fallback (issue 13): a hostname is the DNS label a StatefulSet
+ * sets, not necessarily the Pod name, and guessing would advertise a name nothing routes.
+ */
 export function identityOf (endpoint: Json): string | null {
   const ref = asObject(endpoint.targetRef)
-  if (ref !== null && (ref.kind === undefined || ref.kind === null || ref.kind === '' || ref.kind === 'Pod')) {
-    const name = asString(ref.name)
-    if (name !== null) return name
-  }
-  return asString(endpoint.hostname)
+  if (ref === null || (ref.kind !== undefined && ref.kind !== null && ref.kind !== 'Pod')) return null
+  return asString(ref.name)
 }
 
 /** Rule 2: ready (absent = true) and serving (absent = ready) and not terminating (absent = false). */

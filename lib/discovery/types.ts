@@ -1,7 +1,7 @@
 /** The contract between discovery and everything that routes (SPEC §3). */
 
 export interface PodTarget {
-  /** Pod name (from the EndpointSlice targetRef or hostname); never derived from an IP. */
+  /** Pod name (from the EndpointSlice Pod targetRef); never derived from an IP. */
   readonly identity: string
   readonly namespace: string
   /** IP address as listed in the EndpointSlice. */

@@ -3,9 +3,10 @@
  *
  * Every session request counts exactly one terminal outcome: a rejection (invalid_connect,
  * missing_sni, unknown_sni, target_unavailable, upstream_connect_error, upstream_rejected)
- * or, for a bridged session, how it ended (completed, relay_error, trust_replaced). A bridged
- * session also counts `accepted` when the pod accepted it, so
- * accepted = completed + relay_error + trust_replaced + active sessions.
+ * or, for a bridged session, how it ended (completed, relay_error, trust_replaced). A session
+ * whose SNI routing succeeded also counts `accepted`, before the upstream session is opened,
+ * as the Rust router counts it (issue 13), so accepted = upstream_connect_error +
+ * upstream_rejected + completed + relay_error + trust_replaced + sessions still in progress.
  *
  * createWebTransportMetrics is idempotent per registry: the composition root and the relay
  * wiring may both ask for it and share one set.
@@ -38,7 +39,7 @@ export function createWebTransportMetrics (registry: Registry): WebTransportMetr
   const metrics: WebTransportMetrics = {
     sessions: new Counter({
       name: PREFIX + 'webtransport_sessions_total',
-      help: 'WebTransport session requests by outcome: rejections (invalid_connect, missing_sni, unknown_sni, target_unavailable, upstream_connect_error, upstream_rejected), accepted by the pod, and how bridged sessions ended (completed, relay_error, trust_replaced)',
+      help: 'WebTransport session requests by outcome: rejections (invalid_connect, missing_sni, unknown_sni, target_unavailable), accepted once SNI routing succeeded (before the upstream session), then upstream_connect_error, upstream_rejected, or how a bridged session ended (completed, relay_error, trust_replaced)',
       labelNames: ['outcome'] as const,
       registers,
     }),

@@ -287,6 +287,8 @@ export class WebTransportRelay {
       this.#reject(stream, route.code, null)
       return
     }
+    // Counted once routing succeeded, before the upstream session, as the Rust router counts it.
+    this.#options.metrics.sessions.labels('accepted').inc()
     const trust = this.#options.upstreamTrust()
     // Session setup runs once per session request, next to a TLS handshake and a new upstream
     // connection; the closures here cost nothing by comparison. Per-chunk paths have none.
@@ -393,7 +395,6 @@ export class WebTransportRelay {
       onEnd: (ended, end) => { this.#onBridgeEnd(ended, end) },
     })
     this.#bridges.add(bridge)
-    this.#options.metrics.sessions.labels('accepted').inc()
     this.#options.metrics.activeSessions.inc()
     this.#options.logger.debug({ target }, 'webtransport session bridged')
   }

@@ -2,7 +2,7 @@
 // first test proves discovery alone (its own cluster and router, plaintext): the advertised set
 // is exactly the ready pods. The second runs after it and independently (its own cluster,
 // subnet, certificates and router): it first re-checks discovery through the plaintext health
-// port, and only then exercises TLS on the front door (--tls-cert-path/--tls-key-path):
+// port, and only then exercises TLS on the front door (--front-door-tls with --tls-cert-path/--tls-key-path):
 // WatchStargates, RegisterInferenceServer and LLM HTTPS to every advertised pod. Every failure
 // message starts with "discovery layer:" or "transport layer:".
 import t, { type Test } from 'tap'
@@ -85,7 +85,7 @@ function registerOverTls (kube: KubeRouter, stargate: StargateInfo, ca: CertAuth
 }
 
 function httpsRequest (kube: KubeRouter, stargate: StargateInfo, ca: CertAuthority): Promise<{ status: number, pod: string | undefined }> {
-  const host = stargate.httpAdvertiseAddr.slice(0, stargate.httpAdvertiseAddr.lastIndexOf(':'))
+  const host = stargate.advertiseAddr.slice(0, stargate.advertiseAddr.lastIndexOf(':'))
   return new Promise((resolve, reject) => {
     const req = https.request({
       host: '127.0.0.1',
@@ -94,7 +94,7 @@ function httpsRequest (kube: KubeRouter, stargate: StargateInfo, ca: CertAuthori
       ca: ca.certPem,
       method: 'POST',
       path: '/v1/chat/completions',
-      headers: { host: stargate.httpAdvertiseAddr, 'content-type': 'application/json' },
+      headers: { host: stargate.advertiseAddr, 'content-type': 'application/json' },
       agent: false,
     }, (res) => {
       res.resume()
@@ -110,7 +110,7 @@ t.test('transport layer: over TLS a Pylon watches, registers with and sends HTTP
   const cluster = await SimulatedCluster.start(t, { kind: 'StatefulSet', subnet: '127.0.218' })
   const kube = await startKubeRouter(t, {
     fake: cluster.fake,
-    args: ['--target-service-name', cluster.service, '--reverse-tunnel-listen-addr', '127.0.0.1:0', '--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath],
+    args: ['--target-service-name', cluster.service, '--reverse-tunnel-listen-addr', '127.0.0.1:0', '--front-door-tls', '--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath],
   })
   await cluster.settle(cluster.install(2))
 
@@ -147,10 +147,10 @@ t.test('transport layer: over TLS a Pylon watches, registers with and sends HTTP
     try {
       reply = await httpsRequest(kube, stargate, tls.ca)
     } catch (err) {
-      t.fail(`transport layer: HTTPS to ${stargate.httpAdvertiseAddr} failed: ${(err as Error).message}`)
+      t.fail(`transport layer: HTTPS to ${stargate.advertiseAddr} failed: ${(err as Error).message}`)
       continue
     }
-    t.equal(reply.status, 200, `transport layer: HTTPS to ${stargate.httpAdvertiseAddr} answered 200`)
+    t.equal(reply.status, 200, `transport layer: HTTPS to ${stargate.advertiseAddr} answered 200`)
     t.equal(reply.pod, stargate.stargateId, `transport layer: HTTPS to ${stargate.stargateId} reached that pod`)
   }
 })

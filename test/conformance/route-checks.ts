@@ -172,12 +172,12 @@ export const grpcRegistrationCheck: RouteChecker = {
 export const llmHttpCheck: RouteChecker = {
   name: 'llm http',
   async reaches ({ router, stargate, pod }) {
-    if (stargate.httpAdvertiseAddr === '') return `${stargate.stargateId} is advertised without http_advertise_addr although the pod has an http port`
+    // The Host is the advertised host (http_advertise_addr is empty, as upstream sends it).
     const tag = nextTag('http')
-    const reply = await request(router.frontDoorPort, { host: stargate.httpAdvertiseAddr, headers: { 'x-conformance-tag': tag } })
-    if (reply.status !== 200) return `POST to Host ${stargate.httpAdvertiseAddr} answered ${reply.status} ${reply.body.slice(0, 200)}`
+    const reply = await request(router.frontDoorPort, { host: stargate.advertiseAddr, headers: { 'x-conformance-tag': tag } })
+    if (reply.status !== 200) return `POST to Host ${stargate.advertiseAddr} answered ${reply.status} ${reply.body.slice(0, 200)}`
     const answeredBy = reply.headers['x-stargate-pod']
-    if (answeredBy !== pod.name) return `Host ${stargate.httpAdvertiseAddr} was answered by pod ${String(answeredBy)}`
+    if (answeredBy !== pod.name) return `Host ${stargate.advertiseAddr} was answered by pod ${String(answeredBy)}`
     const llm = pod.process.llm
     if (!llm.requests.some((r) => r.headers['x-conformance-tag'] === tag)) return `the pod's current container at ${pod.ip}:${llm.port} never saw request ${tag} (routed to a stale address?)`
     return null

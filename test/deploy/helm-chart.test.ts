@@ -19,8 +19,8 @@ const VALUE_SETS: ReadonlyArray<{ readonly name: string, readonly values: object
     values: {
       stargate: { workloadKind: 'StatefulSet', service: { create: true } },
       peerDiscovery: { enabled: true },
-      tls: { serverIdentity: { secretName: 'router-tls' }, upstreamTrust: { configMapName: 'stargate-ca' }, clientCa: { secretName: 'pylon-ca' } },
-      config: { 'tunnel-protocol': 'webtransport', 'remote-watch-url': ['https://router.other.example:50071'] },
+      tls: { serverIdentity: { secretName: 'router-tls' }, frontDoor: { enabled: true }, upstreamTrust: { configMapName: 'stargate-ca' }, clientCa: { secretName: 'pylon-ca' } },
+      config: { 'tunnel-protocol': 'webtransport', 'remote-stargate-url': ['https://router.other.example:50071'] },
       service: { type: 'LoadBalancer', separateUdpService: true, externalTrafficPolicy: 'Local', loadBalancerSourceRanges: ['192.0.2.0/24'] },
       serviceMonitor: { enabled: true, labels: { release: 'prometheus' } },
       podAntiAffinity: { type: 'hard' },
@@ -84,7 +84,8 @@ if (renderer !== null) {
     t.ok(args.includes('--tls-key-path=/etc/stargate-router/tls/server/tls.key'), 'server key from the same directory')
     t.ok(args.includes('--upstream-tls-cert-path=/etc/stargate-router/tls/upstream-trust/ca.crt'), 'upstream trust from its own directory')
     t.ok(args.includes('--client-ca-path=/etc/stargate-router/tls/client-ca/ca.crt'), 'client CA from its own directory')
-    t.notOk(argsOf(render('defaults')).some((a) => a.startsWith('--tls-') || a.startsWith('--client-ca') || a.startsWith('--upstream-tls-cert')), 'no TLS flags without TLS values')
+    t.ok(args.includes('--front-door-tls'), 'front-door TLS when tls.frontDoor.enabled')
+    t.notOk(argsOf(render('defaults')).some((a) => a.startsWith('--tls-') || a.startsWith('--front-door-tls') || a.startsWith('--client-ca') || a.startsWith('--upstream-tls-cert')), 'no TLS flags without TLS values: a cleartext front door')
   })
 
   t.test('liveness probes /livez and readiness probes /readyz on the health port 8080', async (t) => {
@@ -160,6 +161,6 @@ if (renderer !== null) {
 
   t.test('the termination grace period outlasts the preStop sleep and the drain', async (t) => {
     const pod = podSpecOf(theOne(render('defaults'), 'Deployment')) as { terminationGracePeriodSeconds?: number }
-    t.ok((pod.terminationGracePeriodSeconds ?? 30) > 5 + 25, `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} > preStop 5 s + --shutdown-drain-ms 25 s`)
+    t.ok((pod.terminationGracePeriodSeconds ?? 30) > 5 + 30, `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} > preStop 5 s + --shutdown-drain-timeout-ms 30 s`)
   })
 }

@@ -1,7 +1,9 @@
-// Issue 8 and 9: every router flag (lib/config/flags.ts) is reachable from the chart values and
-// what the chart renders is accepted by the router's own parser; stargate.workloadKind selects
-// the watched Service without changing the Pylon contract; peer discovery adds its flags, env
-// and RBAC only when enabled.
+// Issue 8, 9 and 13: every router flag (lib/config/flags.ts) is reachable from the chart values
+// and what the chart renders is accepted by the router's own parser; stargate.workloadKind
+// selects the watched Service without changing the Pylon contract; peer discovery adds its
+// flags, env and RBAC only when enabled; the front door is cleartext unless tls.frontDoor is on,
+// --grpc-pylon-dial-addr defaults to the chart's Service, the Service keeps a Pylon on one
+// replica (ClientIP), and the termination grace period follows the drain timeout.
 import t from 'tap'
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -11,7 +13,7 @@ import type { Config } from '../../lib/config/config.ts'
 import { CHART, createRenderer, FULLNAME, NAMESPACE } from './render.ts'
 import type { KubeObject } from './k8s-validate.ts'
 import {
-  argsOf, assertMinimalRbac, endpointSliceRulesIn, envNames, fieldRefOf, flagValue, ofKind,
+  argsOf, assertMinimalRbac, endpointSliceRulesIn, envNames, fieldRefOf, flagValue, ofKind, podSpecOf,
   routerConfigOf, servicePorts, theOne,
 } from './manifest-facts.ts'
 
@@ -24,6 +26,7 @@ const CHART_MANAGED: Readonly<Record<string, string>> = {
   'target-service-name': 'stargate.serviceName, default by stargate.workloadKind',
   'tls-cert-path': 'tls.serverIdentity',
   'tls-key-path': 'tls.serverIdentity',
+  'front-door-tls': 'tls.frontDoor.enabled',
   'client-ca-path': 'tls.clientCa',
   'upstream-tls-cert-path': 'tls.upstreamTrust',
   'enable-peer-discovery': 'peerDiscovery.enabled',
@@ -40,8 +43,9 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'max-snapshot-staleness-ms': 120000,
   'advertised-hostname-template': '{pod_name}.{namespace}.stargate.example.com',
   'advertised-grpc-port': 443,
-  'pylon-grpc-dial-addr': 'router.example.com:443',
-  'remote-watch-url': ['https://router.east.example.com:50071', 'https://router.west.example.com:50071'],
+  'grpc-pylon-dial-addr': 'https://stargate.example.com:443',
+  'remote-stargate-url': ['http://router.east.example.com:50071', 'https://router.west.example.com:50071'],
+  'allow-insecure-remote-watch-http': true,
   'watch-heartbeat-ms': 2500,
   'connect-timeout-ms': 2000,
   'grpc-max-message-bytes': 8388608,
@@ -57,7 +61,7 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'http-request-timeout-ms': 900000,
   'http2-max-concurrent-streams': 500,
   'http2-max-header-list-bytes': 32768,
-  'shutdown-drain-ms': 20000,
+  'shutdown-drain-timeout-ms': 20000,
   'upstream-tls': true,
   'quic-insecure': true,
   'tls-poll-interval-ms': 60000,
@@ -74,11 +78,13 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
 
 /** Config field of a flag: camelCase of its name, except where the field is a plural. */
 function configFieldOf (flag: string): keyof Config {
-  if (flag === 'remote-watch-url') return 'remoteWatchUrls'
+  if (flag === 'remote-stargate-url') return 'remoteStargateUrls'
   return flag.replace(/-([a-z0-9])/g, (_, c: string) => c.toUpperCase()) as keyof Config
 }
 
 const renderer = await createRenderer(t)
+// ~30 helm renders, each a child process: more than tap's default 30 s on a loaded machine.
+t.setTimeout(180_000)
 
 t.test('every router flag is settable in the values: under config by name, or by the chart value that owns it', async (t) => {
   const values = parseYaml(await readFile(join(CHART, 'values.yaml'), 'utf8')) as { config: Record<string, unknown> }
@@ -114,11 +120,13 @@ if (renderer !== null) {
   })
 
   t.test('config values left null, empty or false are not passed, so the router defaults apply', async (t) => {
-    const objects = await renderer.helmTemplate({ config: { 'pylon-grpc-dial-addr': '', 'quic-retry': false, 'log-level': null, 'remote-watch-url': [] } })
-    t.same(argsOf(objects).map((a) => a.split('=')[0]), ['--listen-addr', '--reverse-tunnel-listen-addr', '--health-listen-addr', '--target-service-name'])
+    const objects = await renderer.helmTemplate({ config: { 'grpc-pylon-dial-addr': '', 'quic-retry': false, 'log-level': null, 'remote-stargate-url': [] } })
+    t.same(argsOf(objects).map((a) => a.split('=')[0]), ['--listen-addr', '--reverse-tunnel-listen-addr', '--health-listen-addr', '--target-service-name', '--grpc-pylon-dial-addr'])
     const config = routerConfigOf(objects, NAMESPACE)
     t.equal(config.logLevel, 'info')
     t.equal(config.quicRetry, false)
+    t.equal(config.grpcPylonDialAddr, `http://${FULLNAME}.${NAMESPACE}.svc:50071`, 'the required dial URI defaults to the chart\'s Service')
+    t.equal(config.frontDoorTls, false, 'the front door is cleartext (a Gateway terminates TLS)')
   })
 
   t.test('the flags the chart manages parse into listeners, mounts and Services that agree with the manifests', async (t) => {
@@ -126,7 +134,7 @@ if (renderer !== null) {
       listenHost: '[::]',
       ports: { frontDoor: 50171, tunnel: 50172, health: 9090 },
       stargate: { namespace: 'llm', serviceName: 'stargate-pods' },
-      tls: { serverIdentity: { secretName: 'router-tls' }, upstreamTrust: { secretName: 'stargate-ca', key: 'bundle.pem' }, clientCa: { configMapName: 'pylon-ca' } },
+      tls: { serverIdentity: { secretName: 'router-tls' }, frontDoor: { enabled: true }, upstreamTrust: { secretName: 'stargate-ca', key: 'bundle.pem' }, clientCa: { configMapName: 'pylon-ca' } },
       peerDiscovery: { enabled: true },
     })
     const args = argsOf(objects)
@@ -141,6 +149,8 @@ if (renderer !== null) {
     t.equal(config.tlsKeyPath, '/etc/stargate-router/tls/server/tls.key')
     t.equal(config.upstreamTlsCertPath, '/etc/stargate-router/tls/upstream-trust/bundle.pem')
     t.equal(config.clientCaPath, '/etc/stargate-router/tls/client-ca/ca.crt')
+    t.equal(config.frontDoorTls, true)
+    t.equal(config.grpcPylonDialAddr, `https://${FULLNAME}.${NAMESPACE}.svc:50171`, 'with front-door TLS the default dial URI is https, on the front door port')
     t.equal(config.enablePeerDiscovery, true)
     t.equal(config.peerService, FULLNAME)
     t.same(servicePorts(theOne(objects, 'Service')), ['grpc TCP 50171->grpc', 'health TCP 9090->health', 'quic UDP 50172->quic'])
@@ -153,6 +163,42 @@ if (renderer !== null) {
     t.match(await renderer.helmTemplateError({ config: { 'tunnel-protocol': 'quic' } }), /tunnel-protocol/)
     t.match(await renderer.helmTemplateError({ tls: { clientCa: { secretName: 'pylon-ca' } } }), /tls.clientCa needs tls.serverIdentity/)
     t.match(await renderer.helmTemplateError({ peerDiscovery: { enabled: true }, config: { 'peers-file': '/etc/peers.yaml' } }), /config.peers-file is for runs without Kubernetes/)
+    t.match(await renderer.helmTemplateError({ tls: { frontDoor: { enabled: true } } }), /tls.frontDoor.enabled needs tls.serverIdentity.secretName/)
+    t.match(await renderer.helmTemplateError({ config: { 'front-door-tls': true } }), /config.*front-door-tls/)
+    t.match(await renderer.helmTemplateError({ config: { 'grpc-pylon-dial-addr': 'stargate.example.com:443' } }), /grpc-pylon-dial-addr/)
+    t.match(await renderer.helmTemplateError({ terminationGracePeriodSeconds: 20 }), /terminationGracePeriodSeconds 20 is shorter than preStopSleepSeconds \+ the drain timeout \(35 s\)/)
+  })
+
+  t.test('the front door is cleartext by default, and TLS with tls.frontDoor.enabled on the server identity', async (t) => {
+    const plain = routerConfigOf(await renderer.helmTemplate({ tls: { serverIdentity: { secretName: 'router-tls' } } }), NAMESPACE)
+    t.equal(plain.frontDoorTls, false, 'a server identity alone is the tunnels\' identity, as in the Rust router')
+    t.equal(plain.tlsCertPath, '/etc/stargate-router/tls/server/tls.crt')
+    const tls = routerConfigOf(await renderer.helmTemplate({ tls: { serverIdentity: { secretName: 'router-tls' }, frontDoor: { enabled: true } } }), NAMESPACE)
+    t.equal(tls.frontDoorTls, true)
+    t.equal(tls.grpcPylonDialAddr, `https://${FULLNAME}.${NAMESPACE}.svc:50071`)
+  })
+
+  t.test('config.grpc-pylon-dial-addr, when set, is what Pylons are told to dial', async (t) => {
+    const config = routerConfigOf(await renderer.helmTemplate({ config: { 'grpc-pylon-dial-addr': 'https://stargate.example.com' } }), NAMESPACE)
+    t.equal(config.grpcPylonDialAddr, 'https://stargate.example.com')
+    const port = routerConfigOf(await renderer.helmTemplate({ service: { ports: { frontDoor: 443 } } }), NAMESPACE)
+    t.equal(port.grpcPylonDialAddr, `http://${FULLNAME}.${NAMESPACE}.svc:443`, 'the default follows the Service port')
+  })
+
+  t.test('the Service keeps a client on one replica (sessionAffinity ClientIP, as upstream), unless turned off', async (t) => {
+    const services = ofKind(await renderer.helmTemplate({ service: { separateUdpService: true } }), 'Service').filter((s) => s.metadata.name.startsWith(FULLNAME))
+    t.same(services.map((s) => [s.metadata.name, (s.spec as { sessionAffinity?: string }).sessionAffinity]), [[FULLNAME, 'ClientIP'], [`${FULLNAME}-quic`, 'ClientIP']])
+    const off = theOne(await renderer.helmTemplate({ service: { sessionAffinity: '' } }), 'Service')
+    t.equal((off.spec as { sessionAffinity?: string }).sessionAffinity, undefined)
+  })
+
+  t.test('terminationGracePeriodSeconds follows the drain timeout: preStop + drain + 5 s, or an explicit value that covers both', async (t) => {
+    const grace = async (values: object): Promise<number | undefined> =>
+      (podSpecOf(theOne(await renderer.helmTemplate(values), 'Deployment')) as { terminationGracePeriodSeconds?: number }).terminationGracePeriodSeconds
+    t.equal(await grace({}), 5 + 30 + 5, 'defaults: 5 s preStop + 30 s drain + 5 s')
+    t.equal(await grace({ config: { 'shutdown-drain-timeout-ms': 60500 } }), 5 + 61 + 5, 'a longer drain, rounded up to seconds')
+    t.equal(await grace({ preStopSleepSeconds: 0, config: { 'shutdown-drain-timeout-ms': 1000 } }), 0 + 1 + 5)
+    t.equal(await grace({ terminationGracePeriodSeconds: 120 }), 120, 'an explicit value that covers the drain wins')
   })
 
   const KIND_CASES: ReadonlyArray<{ why: string, values: object, service: string, kind: string }> = [

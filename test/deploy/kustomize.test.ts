@@ -1,6 +1,7 @@
-// Issue 8 and 9: the kustomize overlays (deployment, statefulset, peer-discovery) render with
-// `kubectl kustomize`, validate, and hold the same facts as the Helm chart; the overlay picks the
-// Stargate workload kind, and only peer-discovery adds the peer flags, env and RBAC rule.
+// Issue 8, 9 and 13: the kustomize overlays (deployment, statefulset, peer-discovery,
+// front-door-tls) render with `kubectl kustomize`, validate, and hold the same facts as the Helm
+// chart; the overlay picks the Stargate workload kind, only peer-discovery adds the peer flags,
+// env and RBAC rule, and only front-door-tls makes the front door TLS.
 import t from 'tap'
 import { createRenderer } from './render.ts'
 import { validateObject, type KubeObject } from './k8s-validate.ts'
@@ -10,7 +11,7 @@ import {
 } from './manifest-facts.ts'
 
 const NAMESPACE = 'stargate'
-const OVERLAYS = ['overlays/deployment', 'overlays/statefulset', 'overlays/peer-discovery'] as const
+const OVERLAYS = ['overlays/deployment', 'overlays/statefulset', 'overlays/peer-discovery', 'overlays/front-door-tls'] as const
 
 const renderer = await createRenderer(t)
 
@@ -54,6 +55,7 @@ if (renderer !== null) {
       { overlay: 'overlays/deployment', kind: 'Deployment', service: 'stargate' },
       { overlay: 'overlays/statefulset', kind: 'StatefulSet', service: 'stargate-headless' },
       { overlay: 'overlays/peer-discovery', kind: 'Deployment', service: 'stargate' },
+      { overlay: 'overlays/front-door-tls', kind: 'Deployment', service: 'stargate' },
     ]
     for (const c of cases) {
       const objects = render(c.overlay)
@@ -66,7 +68,7 @@ if (renderer !== null) {
     t.same(withoutService(argsOf(render('overlays/statefulset'))), withoutService(argsOf(render('overlays/deployment'))), 'the Pylon contract is the same: only the watched Service differs')
   })
 
-  t.test('the overlays run the router with TLS from the mounted Secret, and the router accepts their args', async (t) => {
+  t.test('the overlays run the router with the tunnels\' TLS identity from the mounted Secret, and the router accepts their args', async (t) => {
     for (const overlay of OVERLAYS) {
       const config = routerConfigOf(render(overlay), NAMESPACE)
       t.equal(config.tlsCertPath, '/etc/stargate-router/tls/server/tls.crt', `${overlay}: certificate`)
@@ -75,8 +77,23 @@ if (renderer !== null) {
     }
   })
 
+  t.test('the front door is cleartext behind a Gateway, except in the front-door-tls overlay', async (t) => {
+    for (const overlay of ['overlays/deployment', 'overlays/statefulset', 'overlays/peer-discovery']) {
+      const config = routerConfigOf(render(overlay), NAMESPACE)
+      t.equal(config.frontDoorTls, false, `${overlay}: cleartext front door`)
+      t.equal(config.grpcPylonDialAddr, 'http://stargate-router.stargate.svc:50071', `${overlay}: Pylons dial the Service`)
+    }
+    const tls = routerConfigOf(render('overlays/front-door-tls'), NAMESPACE)
+    t.equal(tls.frontDoorTls, true, 'front-door-tls: TLS on the front door')
+    t.equal(tls.grpcPylonDialAddr, 'https://stargate-router.stargate.svc:50071', 'front-door-tls: Pylons are told https')
+  })
+
+  t.test('the Service keeps a client on one replica (sessionAffinity ClientIP, as upstream)', async (t) => {
+    for (const overlay of OVERLAYS) t.equal((theOne(render(overlay), 'Service').spec as { sessionAffinity?: string }).sessionAffinity, 'ClientIP', overlay)
+  })
+
   t.test('only the peer-discovery overlay adds the peer flags, POD_IP/POD_NAME and the RBAC rule for its own Service', async (t) => {
-    for (const overlay of ['overlays/deployment', 'overlays/statefulset']) {
+    for (const overlay of ['overlays/deployment', 'overlays/statefulset', 'overlays/front-door-tls']) {
       const objects = render(overlay)
       t.equal(flagValue(argsOf(objects), 'enable-peer-discovery'), undefined, `${overlay}: no --enable-peer-discovery`)
       t.same(envNames(objects), ['POD_NAMESPACE'], `${overlay}: no POD_IP/POD_NAME`)

@@ -7,6 +7,10 @@ import { fileURLToPath } from 'node:url'
 
 const DEMO = fileURLToPath(new URL('../../server/demo.ts', import.meta.url))
 
+// Two demo processes one after the other: on a loaded 2-core machine that outlasts tap's 30 s
+// default; the tests themselves hold each run to a minute.
+t.setTimeout(180_000)
+
 async function runDemo (args: string[]): Promise<{ code: number | null, stdout: string, stderr: string, ms: number }> {
   const started = Date.now()
   const child = spawn(process.execPath, [DEMO, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })

@@ -43,7 +43,7 @@ t.test('a rejected token (401) is retried, logged without the token, and discove
 
 t.test('a token revoked while watching keeps the last set served until the API server accepts it again', async (t) => {
   const fake = await fakeWithOneSlice(ROUTER_TOKEN)
-  const kr = await startKubeRouter(t, { fake, args: ['--watch-heartbeat-ms', '0'] })
+  const kr = await startKubeRouter(t, { fake, args: ['--watch-heartbeat-ms', '3600000'] })
   const watcher = kr.watch()
   await watcher.nextWithIds(['stargate-0'])
   await waitFor(() => fake.openWatches === 1, { message: 'the router watching' })

@@ -8,7 +8,8 @@ import { sleep, waitFor } from '../fixtures/wait.ts'
 
 t.test('the first message lists every ready pod of the slice, sorted, with the configured dial address and watch urls', async (t) => {
   const fake = await FakeKubeApiServer.start({ namespaces: [NAMESPACE] })
-  // One slice with an http port, one without: http_advertise_addr only for the former.
+  // One slice with an http port, one without: http_advertise_addr is empty for both, as the
+  // Rust router sends it (issue 13).
   fake.apply(stargateSlice('stargate-headless-x1', [
     pod('stargate-2', '127.0.1.3'),
     pod('stargate-0', '127.0.1.1'),
@@ -18,21 +19,21 @@ t.test('the first message lists every ready pod of the slice, sorted, with the c
   const kr = await startKubeRouter(t, {
     fake,
     args: [
-      '--pylon-grpc-dial-addr', 'router.example:443',
-      '--remote-watch-url', 'https://router-a.example:50071',
-      '--remote-watch-url', 'https://router-b.example:50071',
+      '--grpc-pylon-dial-addr', 'https://router.example:443',
+      '--remote-stargate-url', 'https://router-b.example:50071',
+      '--remote-stargate-url', 'https://router-a.example:50071',
+      '--remote-stargate-url', 'https://router-b.example:50071',
     ],
   })
   const watcher = kr.watch()
   const first = await watcher.next()
-  const port = kr.frontDoorPort
   t.same(first.stargates, [
-    { stargate_id: 'stargate-0', advertise_addr: `stargate-0.stargate.external:${port}`, http_advertise_addr: `stargate-0.stargate.external:${port}`, grpc_pylon_dial_addr: 'router.example:443' },
-    { stargate_id: 'stargate-1', advertise_addr: `stargate-1.stargate.external:${port}`, http_advertise_addr: `stargate-1.stargate.external:${port}`, grpc_pylon_dial_addr: 'router.example:443' },
-    { stargate_id: 'stargate-2', advertise_addr: `stargate-2.stargate.external:${port}`, http_advertise_addr: `stargate-2.stargate.external:${port}`, grpc_pylon_dial_addr: 'router.example:443' },
-    { stargate_id: 'stargate-3', advertise_addr: `stargate-3.stargate.external:${port}`, http_advertise_addr: '', grpc_pylon_dial_addr: 'router.example:443' },
+    { stargate_id: 'stargate-0', advertise_addr: 'stargate-0.stargate.external:50071', http_advertise_addr: '', grpc_pylon_dial_addr: 'https://router.example:443' },
+    { stargate_id: 'stargate-1', advertise_addr: 'stargate-1.stargate.external:50071', http_advertise_addr: '', grpc_pylon_dial_addr: 'https://router.example:443' },
+    { stargate_id: 'stargate-2', advertise_addr: 'stargate-2.stargate.external:50071', http_advertise_addr: '', grpc_pylon_dial_addr: 'https://router.example:443' },
+    { stargate_id: 'stargate-3', advertise_addr: 'stargate-3.stargate.external:50071', http_advertise_addr: '', grpc_pylon_dial_addr: 'https://router.example:443' },
   ])
-  t.same(first.watch_stargate_urls, ['https://router-a.example:50071', 'https://router-b.example:50071'])
+  t.same(first.watch_stargate_urls, ['https://router-a.example:50071', 'https://router-b.example:50071'], 'sorted and deduplicated')
 
   const snapshot = await kr.snapshot()
   t.equal(snapshot.initialized, true)

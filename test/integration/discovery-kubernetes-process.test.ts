@@ -9,8 +9,12 @@ import { fileURLToPath } from 'node:url'
 import { FakeKubeApiServer } from '../fixtures/kube-apiserver.ts'
 import { NAMESPACE, pod, stargateSlice, type DebugSnapshot } from '../fixtures/kube-router.ts'
 import { waitFor } from '../fixtures/wait.ts'
+import { GRPC_PYLON_DIAL_ADDR } from '../fixtures/router-process.ts'
 
 const MAIN = fileURLToPath(new URL('../../server/main.ts', import.meta.url))
+
+// A child process that loads the whole router: slow on a loaded 2-core machine.
+t.setTimeout(120_000)
 
 t.test('the router process started with KUBECONFIG serves the slices of the API server and exits 0 on SIGTERM', async (t) => {
   const fake = await FakeKubeApiServer.start({ namespaces: [NAMESPACE], token: 'process-token' })
@@ -22,7 +26,9 @@ t.test('the router process started with KUBECONFIG serves the slices of the API 
     '--target-namespace', NAMESPACE,
     '--listen-addr', '127.0.0.1:0',
     '--health-listen-addr', '127.0.0.1:0',
-    '--shutdown-drain-ms', '1000',
+    '--reverse-tunnel-listen-addr', '127.0.0.1:0',
+    '--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR,
+    '--shutdown-drain-timeout-ms', '1000',
   ], { env: { PATH: process.env.PATH, HOME: t.testdirName, KUBECONFIG: kubeconfig }, stdio: ['ignore', 'pipe', 'pipe'] })
   t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
   let stdout = ''
@@ -32,7 +38,7 @@ t.test('the router process started with KUBECONFIG serves the slices of the API 
 
   const listening = await waitFor(() => stdout.split('\n').filter((l) => l.startsWith('{'))
     .map((l) => JSON.parse(l) as { msg?: string, health?: { port: number } })
-    .find((l) => l.msg === 'stargate router listening'), { timeoutMs: 15_000, message: `the listening log line (stderr: ${stderr})` })
+    .find((l) => l.msg === 'stargate router listening'), { timeoutMs: 60_000, message: `the listening log line (stderr: ${stderr})` })
   const health = `http://127.0.0.1:${listening.health?.port ?? 0}`
   await waitFor(async () => (await fetch(`${health}/readyz`)).status === 200, { timeoutMs: 10_000, message: '/readyz 200' })
   const snapshot = await (await fetch(`${health}/debug/snapshot`)).json() as DebugSnapshot

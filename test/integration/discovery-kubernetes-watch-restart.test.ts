@@ -8,7 +8,7 @@ import { NAMESPACE, pod, startKubeRouter, stargateSlice } from '../fixtures/kube
 import { idsOf } from '../fixtures/stargate-watch-client.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
-const NO_HEARTBEAT = ['--watch-heartbeat-ms', '0']
+const NO_HEARTBEAT = ['--watch-heartbeat-ms', '3600000']
 
 async function fakeWithSlices (names: ReadonlyArray<[string, string, string]>): Promise<FakeKubeApiServer> {
   const fake = await FakeKubeApiServer.start({ namespaces: [NAMESPACE] })

@@ -13,9 +13,10 @@ import { pod, stargateSlice, startKubeRouter } from '../fixtures/kube-router.ts'
 import { createLogSink } from '../fixtures/log-sink.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import { freePort, type DebugPeers } from '../fixtures/peer-cluster.ts'
+import { GRPC_PYLON_DIAL_ADDR } from '../fixtures/router-process.ts'
 
 t.test('with peer discovery off the router opens one watch only, serves no /debug/peers, and exports the peer metrics at 0', async (t) => {
-  const kr = await startKubeRouter(t, { args: ['--reverse-tunnel-listen-addr', '127.0.0.1:0', '--shutdown-drain-ms', '200'] })
+  const kr = await startKubeRouter(t, { args: ['--reverse-tunnel-listen-addr', '127.0.0.1:0', '--shutdown-drain-timeout-ms', '200'] })
   kr.fake.apply(stargateSlice('stargate-headless-a', [pod('stargate-0', '127.0.67.50')]))
   await waitFor(async () => (await kr.snapshot()).targets.length === 1, { message: 'the snapshot' })
   t.equal(kr.fake.openWatches, 1, 'only the Stargate watch')
@@ -42,8 +43,9 @@ t.test('without Kubernetes, replicas listed in one peers file find each other an
   for (const ip of ips) {
     const parsed = parseConfig([
       '--discovery', 'file', '--targets-file', targets, '--target-namespace', 'stargate',
+      '--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR,
       '--listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
-      '--health-listen-addr', `${ip}:${port}`, '--shutdown-drain-ms', '500',
+      '--health-listen-addr', `${ip}:${port}`, '--shutdown-drain-timeout-ms', '500',
       '--enable-peer-discovery', '--peers-file', peersFile, '--peer-health-port', String(port),
       '--peer-check-interval-ms', '150', '--peer-divergence-grace-ms', '500',
     ], { POD_IP: ip })

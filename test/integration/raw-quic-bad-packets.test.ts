@@ -10,7 +10,7 @@ import type { Socket } from 'node:dgram'
 import { readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseMetric } from '../fixtures/kube-router.ts'
-import { startProcess, tempDir } from '../fixtures/router-process.ts'
+import { startProcess, tempDir, GRPC_PYLON_DIAL_ADDR } from '../fixtures/router-process.ts'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import { captureInitial, rawSocket, respin, sendRaw, templateOf, UdpProxy } from '../fixtures/quic-raw.ts'
 import { waitFor } from '../fixtures/wait.ts'
@@ -89,7 +89,7 @@ t.test('10,000 handshakes that never complete: the router holds a bounded number
   const targets = join(dir, 'targets.yaml')
   await writeFile(targets, 'targets:\n  - {identity: stargate-0, address: 127.0.60.10, grpcPort: 50051, quicPort: 50052}\n')
   const p = await startProcess(t, [
-    '--discovery', 'file', '--targets-file', targets, '--target-namespace', 'stargate',
+    '--discovery', 'file', '--targets-file', targets, '--target-namespace', 'stargate', '--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR,
     '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
     '--quic-max-connections', String(cap), '--connect-timeout-ms', '1000', '--quic-insecure',
   ])

@@ -22,10 +22,12 @@ t.test('a Pylon registers, dials the tunnel named in its ack, and answers the St
     t.teardown(() => { grpcStub.kill() })
     cluster.list(name, cluster.ipOf(name), quicStub.port, true, grpcStub.port)
   }
+  // The control plane over the cleartext front door (h2c, as a TLS-terminating Gateway forwards
+  // it); the router's TLS identity is the tunnels' (issue 13).
   const pylon = new Pylon({
     routerAddress: cluster.kube.address,
-    credentials: grpc.credentials.createSsl(Buffer.from(cluster.tls.ca.certPem)),
-    channelOptions: { 'grpc.ssl_target_name_override': 'router.stargate.external', 'grpc.use_local_subchannel_pool': 1 },
+    credentials: grpc.credentials.createInsecure(),
+    channelOptions: { 'grpc.use_local_subchannel_pool': 1 },
   })
   t.teardown(() => { pylon.close() })
   pylon.watch(() => { pylon.registerAll() })

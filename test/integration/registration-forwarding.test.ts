@@ -121,7 +121,7 @@ t.test('a pod that becomes ready again within the grace keeps its streams', asyn
 })
 
 t.test('shutdown sends GOAWAY, lets open registrations run until the drain deadline, then ends them UNAVAILABLE', async (t) => {
-  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--shutdown-drain-ms', '1500'] })
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--shutdown-drain-timeout-ms', '1500'] })
   const pylon = pods.pylon({ heartbeatMs: 50 })
   pylon.watch()
   const stargate = await waitFor(() => pylon.latest?.stargates[0], { message: 'advertised stargate' }) as StargateInfo
@@ -134,7 +134,7 @@ t.test('shutdown sends GOAWAY, lets open registrations run until the drain deadl
   await waitFor(() => registration.acks.length > acks + 5, { message: 'acks keep flowing during the drain' })
   const status = await waitFor(() => registration.status, { message: 'the stream to end at the deadline', timeoutMs: 10_000 })
   t.equal(status.code, grpc.status.UNAVAILABLE)
-  t.equal(status.details, 'router shutting down')
+  t.equal(status.details, 'router is shutting down')
   t.ok(Date.now() - started >= 1400, 'not before the drain deadline')
   await stopped
   t.ok(Date.now() - started < 6000, 'shutdown completes soon after the deadline')

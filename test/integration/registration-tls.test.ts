@@ -1,4 +1,4 @@
-// Issue 3: the front door terminates TLS when a server identity is configured (ALPN h2), with
+// Issue 3 and 13: the front door terminates TLS when --front-door-tls is set (ALPN h2), with
 // optional client-certificate verification, and can dial pods over TLS (--upstream-tls).
 // Independent clients: @grpc/grpc-js and Debian's python3-grpcio.
 import t from 'tap'
@@ -58,7 +58,7 @@ function registerOverTls (address: string, authority: string, credentials: grpc.
 
 t.test('grpc-js registers over TLS with every advertised target', async (t) => {
   const tls = await routerIdentity()
-  const pods = await StubPods.start(t, { pods: ['stargate-0', 'stargate-1'], args: ['--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath] })
+  const pods = await StubPods.start(t, { pods: ['stargate-0', 'stargate-1'], args: ['--front-door-tls', '--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath] })
   const credentials = grpc.credentials.createSsl(Buffer.from(tls.ca.certPem))
   for (const name of ['stargate-0', 'stargate-1']) {
     const result = await registerOverTls(pods.kube.address, `${name}.stargate.external:${pods.kube.frontDoorPort}`, credentials)
@@ -74,7 +74,7 @@ const NO_PYTHON_GRPC = (await pythonGrpcAvailable()) ? false : 'python3-grpcio i
 
 t.test('python3-grpcio registers over TLS with metadata and trailers intact', { skip: NO_PYTHON_GRPC }, async (t) => {
   const tls = await routerIdentity()
-  const pods = await StubPods.start(t, { pods: ['stargate-0', 'stargate-1'], args: ['--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath], stub: { trailers: { 'x-stargate-note': 'bye' } } })
+  const pods = await StubPods.start(t, { pods: ['stargate-0', 'stargate-1'], args: ['--front-door-tls', '--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath], stub: { trailers: { 'x-stargate-note': 'bye' } } })
   for (const name of ['stargate-0', 'stargate-1']) {
     const { stdout } = await exec(PYTHON, [REGISTER_PY, pods.kube.address, `${name}.stargate.external:${pods.kube.frontDoorPort}`, '3', tls.caPath])
     const result = JSON.parse(stdout) as { acks: string[], pod: string, code: string, trailers: Record<string, string> }
@@ -103,7 +103,7 @@ t.test('with --client-ca-path a Pylon without a client certificate is rejected a
   const clientCaPath = join(tls.dir, 'client-ca.crt')
   await writeFile(clientCaPath, clientCa.certPem)
   const pylonCert = await createLeaf(clientCa, { dnsNames: ['pylon-1'], clientAuth: true })
-  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath, '--client-ca-path', clientCaPath] })
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--front-door-tls', '--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath, '--client-ca-path', clientCaPath] })
   const authority = `stargate-0.stargate.external:${pods.kube.frontDoorPort}`
   const without = await registerOverTls(pods.kube.address, authority, grpc.credentials.createSsl(Buffer.from(tls.ca.certPem)))
   t.equal(without.status.code, grpc.status.UNAVAILABLE, 'no client certificate: the connection is refused')

@@ -52,7 +52,7 @@ t.test('after a valid Secret swap new handshakes get the new certificate and ope
   const first = await createLeaf(ca, { dnsNames: ['*.stargate.external'] })
   const second = await createLeaf(ca, { dnsNames: ['*.stargate.external'] })
   const secret = await volume({ 'tls.crt': first.chainPem, 'tls.key': first.keyPem })
-  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'), '--tls-debounce-ms', '50'] })
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--front-door-tls', '--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'), '--tls-debounce-ms', '50'] })
   const port = pods.kube.frontDoorPort
   t.equal(await servedFingerprint(port, ca), fingerprintOf(first))
   const stream = openRegistration(pods.kube.address, `${HOST}:${port}`, grpc.credentials.createSsl(Buffer.from(ca.certPem)))
@@ -71,7 +71,7 @@ t.test('after an invalid swap the old certificate is still served and the reject
   const good = await createLeaf(ca, { dnsNames: ['*.stargate.external'] })
   const mismatched = await createLeaf(ca, { dnsNames: ['*.stargate.external'], wrongKey: true })
   const secret = await volume({ 'tls.crt': good.chainPem, 'tls.key': good.keyPem })
-  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'), '--tls-debounce-ms', '50', '--tls-poll-interval-ms', '1000'] })
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--front-door-tls', '--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'), '--tls-debounce-ms', '50', '--tls-poll-interval-ms', '1000'] })
   await secret.swap({ 'tls.crt': mismatched.chainPem, 'tls.key': mismatched.keyPem })
   await waitFor(async () => (await pods.kube.metric('stargate_k8s_router_tls_reload_rejections_total', { material_type: 'server_identity', reason: 'key_mismatch' })) === 1, { message: 'the rejection', timeoutMs: 10_000 })
   // More events and polls of the same bad content.
@@ -116,7 +116,7 @@ t.test('a client-trust swap disconnects the Pylon whose certificate no longer ve
   const clientTrust = await volume({ 'ca.crt': caA.certPem + caB.certPem })
   const pods = await StubPods.start(t, {
     pods: ['stargate-0'],
-    args: ['--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'), '--client-ca-path', clientTrust.path('ca.crt'), '--tls-debounce-ms', '50'],
+    args: ['--front-door-tls', '--tls-cert-path', secret.path('tls.crt'), '--tls-key-path', secret.path('tls.key'), '--client-ca-path', clientTrust.path('ca.crt'), '--tls-debounce-ms', '50'],
   })
   const authority = `${HOST}:${pods.kube.frontDoorPort}`
   const credentialsFor = (leaf: Leaf): grpc.ChannelCredentials => grpc.credentials.createSsl(Buffer.from(serverCa.certPem), Buffer.from(leaf.keyPem), Buffer.from(leaf.certPem))

@@ -12,7 +12,7 @@ const WATCHERS = 50
 t.test('50 watchers all get the same new message after one change', async (t) => {
   const fake = await FakeKubeApiServer.start({ namespaces: [NAMESPACE] })
   fake.apply(stargateSlice('stargate-headless-a', [pod('stargate-0', '127.0.1.1')]))
-  const kr = await startKubeRouter(t, { fake, args: ['--watch-heartbeat-ms', '0'] })
+  const kr = await startKubeRouter(t, { fake, args: ['--watch-heartbeat-ms', '3600000'] })
   const watchers = Array.from({ length: WATCHERS }, () => kr.watch())
   await Promise.all(watchers.map((w) => w.nextWithIds(['stargate-0'], { timeoutMs: 10_000 })))
   await waitFor(async () => await kr.metric('stargate_k8s_router_watch_streams_active') === WATCHERS, { message: `${WATCHERS} open streams` })

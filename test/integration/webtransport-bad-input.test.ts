@@ -45,6 +45,7 @@ t.test('a session for a host outside the template is refused with 404 unknown ta
   t.equal(opened.body.trim(), 'unknown target SNI')
   t.equal(opened.responseHeaders['x-stargate-error-code'], 'unknown_sni')
   t.equal(await c.metric('unknown_sni'), 1)
+  t.equal(await c.metric('accepted'), 0, 'a session that routes nowhere is not accepted')
 })
 
 t.test('a session without server name or routable :authority is refused as unknown', async (t) => {
@@ -73,7 +74,7 @@ t.test('a pod that refuses the session is answered to the Pylon with its own sta
     t.equal(opened.responseHeaders['x-stub-pod'], 'stargate-0', `${status}: the pod's fields too`)
     t.strictSame(JSON.parse(opened.body), { error: { code: `status_${status}`, pod: 'stargate-0' } }, `${status}: and its body`)
     t.equal(await c.metric('upstream_rejected'), 1)
-    t.equal(await c.metric('accepted'), 0)
+    t.equal(await c.metric('accepted'), 1, `${status}: accepted once routed, before the pod answered (as the Rust router counts it)`)
     await waitFor(() => c.stubs.get('stargate-0')!.connections === 0, { message: `${status}: the upstream connection is closed` })
   }
 })
@@ -88,6 +89,7 @@ t.test('a pod that refuses connections gives 502', async (t) => {
   t.equal(opened.body.trim(), 'failed to connect to stargate target')
   t.ok(Date.now() - started < CONNECT_TIMEOUT_MS + 2000, 'answered without waiting for long')
   t.equal(await c.metric('upstream_connect_error'), 1)
+  t.equal(await c.metric('accepted'), 1, 'accepted once routed by SNI, before the upstream failed (issue 13)')
 })
 
 t.test('a pod that accepts TCP but never speaks TLS gives 502 after the connect timeout', async (t) => {

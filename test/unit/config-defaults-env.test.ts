@@ -1,5 +1,5 @@
-// SPEC §2: flag defaults (the Rust router's names and defaults plus the new flags), the
-// environment variables every flag reads, and which source wins.
+// SPEC §2, issue 13: flag defaults (the Rust router's names and defaults plus our own flags),
+// the environment variables every flag reads, and which source wins.
 import t from 'tap'
 import { parseConfig, ConfigError, type Config } from '../../lib/config/config.ts'
 import { FLAGS } from '../../lib/config/flags.ts'
@@ -9,6 +9,10 @@ function configOf (argv: readonly string[], env: NodeJS.ProcessEnv): Config {
   if (result.kind !== 'config') throw new Error(`expected a config, got ${result.kind}`)
   return result.config
 }
+
+/** The two settings without a default: the namespace and the URI Pylons dial. */
+const DIAL = 'https://stargate-router.example.com:443'
+const REQUIRED = { POD_NAMESPACE: 'stargate', STARGATE_GRPC_PYLON_DIAL_ADDR: DIAL }
 
 const DEFAULTS: Config = {
   listenAddr: { host: '0.0.0.0', port: 50071 },
@@ -24,8 +28,9 @@ const DEFAULTS: Config = {
   maxSnapshotStalenessMs: 0,
   advertisedHostnameTemplate: '{pod_name}.stargate.external',
   advertisedGrpcPort: 50071,
-  pylonGrpcDialAddr: '',
-  remoteWatchUrls: [],
+  grpcPylonDialAddr: DIAL,
+  remoteStargateUrls: [],
+  allowInsecureRemoteWatchHttp: false,
   watchHeartbeatMs: 5000,
   connectTimeoutMs: 5000,
   drainGraceMs: 30000,
@@ -50,9 +55,10 @@ const DEFAULTS: Config = {
   relayIdleTimeoutMs: 300000,
   relayKeepAliveMs: 10000,
   tunnelProtocol: 'raw-quic',
-  shutdownDrainMs: 25000,
+  shutdownDrainTimeoutMs: 30000,
   tlsCertPath: null,
   tlsKeyPath: null,
+  frontDoorTls: false,
   clientCaPath: null,
   upstreamTls: false,
   upstreamTlsCertPath: null,
@@ -68,12 +74,12 @@ const DEFAULTS: Config = {
   quicMaxHandshakesPerAddress: 64,
 }
 
-t.test('with only a namespace, every setting has the documented default', async (t) => {
-  t.strictSame(configOf([], { POD_NAMESPACE: 'stargate' }), DEFAULTS)
+t.test('with only the namespace and the dial URI, every setting has the documented default', async (t) => {
+  t.strictSame(configOf([], REQUIRED), DEFAULTS)
 })
 
 t.test('unrelated environment variables change nothing', async (t) => {
-  t.strictSame(configOf([], { POD_NAMESPACE: 'stargate', PATH: '/usr/bin', STARGATE_UNKNOWN: 'x', HOME: '/root' }), DEFAULTS)
+  t.strictSame(configOf([], { ...REQUIRED, PATH: '/usr/bin', STARGATE_UNKNOWN: 'x', HOME: '/root' }), DEFAULTS)
 })
 
 /**
@@ -81,7 +87,7 @@ t.test('unrelated environment variables change nothing', async (t) => {
  * table without a row here fails the completeness test below.
  */
 const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: readonly string[] }> = {
-  'listen-addr': { value: '127.0.0.1:9000', expect: { listenAddr: { host: '127.0.0.1', port: 9000 }, advertisedGrpcPort: 9000 } },
+  'listen-addr': { value: '127.0.0.1:9000', expect: { listenAddr: { host: '127.0.0.1', port: 9000 } } },
   'reverse-tunnel-listen-addr': { value: '[::]:9001', expect: { reverseTunnelListenAddr: { host: '::', port: 9001 } } },
   'health-listen-addr': { value: '127.0.0.2:9002', expect: { healthListenAddr: { host: '127.0.0.2', port: 9002 } } },
   discovery: { value: 'file', expect: { discovery: 'file', targetsFile: '/etc/targets.yaml' }, needs: ['--targets-file', '/etc/targets.yaml'] },
@@ -94,9 +100,10 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'max-snapshot-staleness-ms': { value: '60000', expect: { maxSnapshotStalenessMs: 60000 } },
   'advertised-hostname-template': { value: '{pod_name}.{namespace}.example', expect: { advertisedHostnameTemplate: '{pod_name}.{namespace}.example' } },
   'advertised-grpc-port': { value: '443', expect: { advertisedGrpcPort: 443 } },
-  'pylon-grpc-dial-addr': { value: 'router.example:50071', expect: { pylonGrpcDialAddr: 'router.example:50071' } },
-  'remote-watch-url': { value: 'https://a.example:50071', expect: { remoteWatchUrls: ['https://a.example:50071'] } },
-  'watch-heartbeat-ms': { value: '0', expect: { watchHeartbeatMs: 0 } },
+  'grpc-pylon-dial-addr': { value: 'http://stargate-router.stargate.svc:50071', expect: { grpcPylonDialAddr: 'http://stargate-router.stargate.svc:50071' } },
+  'remote-stargate-url': { value: 'https://a.example:50071', expect: { remoteStargateUrls: ['https://a.example:50071'] } },
+  'allow-insecure-remote-watch-http': { value: 'true', expect: { allowInsecureRemoteWatchHttp: true } },
+  'watch-heartbeat-ms': { value: '1', expect: { watchHeartbeatMs: 1 } },
   'connect-timeout-ms': { value: '1234', expect: { connectTimeoutMs: 1234 } },
   'drain-grace-ms': { value: '0', expect: { drainGraceMs: 0 } },
   'grpc-max-message-bytes': { value: '1024', expect: { grpcMaxMessageBytes: 1024 } },
@@ -111,9 +118,14 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'relay-idle-timeout-ms': { value: '20000', expect: { relayIdleTimeoutMs: 20000 } },
   'relay-keep-alive-ms': { value: '0', expect: { relayKeepAliveMs: 0 } },
   'tunnel-protocol': { value: 'webtransport', expect: { tunnelProtocol: 'webtransport' } },
-  'shutdown-drain-ms': { value: '100', expect: { shutdownDrainMs: 100 } },
+  'shutdown-drain-timeout-ms': { value: '100', expect: { shutdownDrainTimeoutMs: 100 } },
   'tls-cert-path': { value: '/tls/tls.crt', expect: { tlsCertPath: '/tls/tls.crt', tlsKeyPath: '/tls/tls.key' }, needs: ['--tls-key-path', '/tls/tls.key'] },
   'tls-key-path': { value: '/tls/tls.key', expect: { tlsCertPath: '/tls/tls.crt', tlsKeyPath: '/tls/tls.key' }, needs: ['--tls-cert-path', '/tls/tls.crt'] },
+  'front-door-tls': {
+    value: 'true',
+    expect: { frontDoorTls: true, tlsCertPath: '/tls/tls.crt', tlsKeyPath: '/tls/tls.key' },
+    needs: ['--tls-cert-path', '/tls/tls.crt', '--tls-key-path', '/tls/tls.key'],
+  },
   'client-ca-path': {
     value: '/ca/ca.crt',
     expect: { clientCaPath: '/ca/ca.crt', tlsCertPath: '/tls/tls.crt', tlsKeyPath: '/tls/tls.key' },
@@ -145,7 +157,7 @@ t.test('every flag in the table has a sample value in this test', async (t) => {
 })
 
 t.test('every flag is read from argv and from its STARGATE_ environment variable alike', async (t) => {
-  const base = { POD_NAMESPACE: 'stargate' }
+  const base = REQUIRED
   for (const spec of FLAGS) {
     const sample = SAMPLES[spec.name]
     if (sample === undefined) continue
@@ -160,67 +172,87 @@ t.test('every flag is read from argv and from its STARGATE_ environment variable
 })
 
 t.test('the Rust router\'s environment variable names are read', async (t) => {
-  const base = { POD_NAMESPACE: 'stargate' }
-  t.equal(configOf([], { POD_NAMESPACE: 'from-pod' }).targetNamespace, 'from-pod')
+  const base = REQUIRED
+  t.equal(configOf([], { ...REQUIRED, POD_NAMESPACE: 'from-pod' }).targetNamespace, 'from-pod')
   t.strictSame(
     [configOf([], { ...base, STARGATE_TLS_CERT_PATH: '/c.pem', STARGATE_TLS_KEY_PATH: '/k.pem' })].map((c) => [c.tlsCertPath, c.tlsKeyPath]),
     [['/c.pem', '/k.pem']]
   )
   t.equal(configOf([], { ...base, STARGATE_QUIC_INSECURE: 'true' }).quicInsecure, true)
   t.equal(configOf([], { ...base, STARGATE_UPSTREAM_TLS_CERT_PATH: '/ca.pem' }).upstreamTlsCertPath, '/ca.pem')
+  t.strictSame(configOf([], { ...base, STARGATE_REMOTE_WATCH_URLS: 'https://b.example,https://a.example' }).remoteStargateUrls, ['https://a.example', 'https://b.example'])
+  t.equal(configOf([], { ...base, STARGATE_ALLOW_INSECURE_REMOTE_WATCH_HTTP: 'true' }).allowInsecureRemoteWatchHttp, true)
 })
 
 t.test('STARGATE_TARGET_NAMESPACE wins over POD_NAMESPACE', async (t) => {
-  t.equal(configOf([], { POD_NAMESPACE: 'pod-ns', STARGATE_TARGET_NAMESPACE: 'explicit' }).targetNamespace, 'explicit')
+  t.equal(configOf([], { ...REQUIRED, POD_NAMESPACE: 'pod-ns', STARGATE_TARGET_NAMESPACE: 'explicit' }).targetNamespace, 'explicit')
 })
 
 t.test('an empty environment variable counts as unset', async (t) => {
-  t.equal(configOf([], { POD_NAMESPACE: 'stargate', STARGATE_CONNECT_TIMEOUT_MS: '' }).connectTimeoutMs, 5000)
-  t.equal(configOf([], { POD_NAMESPACE: 'ns', STARGATE_TARGET_NAMESPACE: '' }).targetNamespace, 'ns')
+  t.equal(configOf([], { ...REQUIRED, STARGATE_CONNECT_TIMEOUT_MS: '' }).connectTimeoutMs, 5000)
+  t.equal(configOf([], { ...REQUIRED, POD_NAMESPACE: 'ns', STARGATE_TARGET_NAMESPACE: '' }).targetNamespace, 'ns')
 })
 
 t.test('a flag on the command line beats its environment variable', async (t) => {
   const env = {
+    ...REQUIRED,
     POD_NAMESPACE: 'pod-ns',
     STARGATE_CONNECT_TIMEOUT_MS: '1000',
     STARGATE_LISTEN_ADDR: '127.0.0.1:1111',
-    STARGATE_REMOTE_WATCH_URL: 'https://env.example',
+    STARGATE_REMOTE_WATCH_URLS: 'https://env.example',
     STARGATE_QUIC_INSECURE: 'false',
     STARGATE_TUNNEL_PROTOCOL: 'webtransport',
   }
   const config = configOf([
     '--connect-timeout-ms', '7000',
     '--listen-addr', '127.0.0.1:2222',
-    '--remote-watch-url', 'https://argv.example',
+    '--remote-stargate-url', 'https://argv.example',
+    '--grpc-pylon-dial-addr', 'https://argv-dial.example',
     '--quic-insecure',
     '--tunnel-protocol', 'raw-quic',
     '--target-namespace', 'argv-ns',
   ], env)
   t.equal(config.connectTimeoutMs, 7000)
   t.strictSame(config.listenAddr, { host: '127.0.0.1', port: 2222 })
-  t.strictSame(config.remoteWatchUrls, ['https://argv.example'])
+  t.strictSame(config.remoteStargateUrls, ['https://argv.example'])
+  t.equal(config.grpcPylonDialAddr, 'https://argv-dial.example')
   t.equal(config.quicInsecure, true)
   t.equal(config.tunnelProtocol, 'raw-quic')
   t.equal(config.targetNamespace, 'argv-ns')
 })
 
-t.test('--remote-watch-url is repeatable and its environment variable is comma-separated', async (t) => {
-  const env = { POD_NAMESPACE: 'stargate' }
+t.test('--remote-stargate-url is repeatable, comma-delimited, and sent sorted and deduplicated', async (t) => {
   t.strictSame(
-    configOf(['--remote-watch-url', 'https://a.example:50071', '--remote-watch-url', 'https://b.example:50071'], env).remoteWatchUrls,
+    configOf(['--remote-stargate-url', 'https://b.example:50071', '--remote-stargate-url', 'https://a.example:50071', '--remote-stargate-url', 'https://b.example:50071'], REQUIRED).remoteStargateUrls,
     ['https://a.example:50071', 'https://b.example:50071']
   )
   t.strictSame(
-    configOf([], { ...env, STARGATE_REMOTE_WATCH_URL: 'https://a.example:50071, https://b.example:50071,,' }).remoteWatchUrls,
+    configOf(['--remote-stargate-url', 'https://c.example,https://a.example'], REQUIRED).remoteStargateUrls,
+    ['https://a.example', 'https://c.example']
+  )
+  t.strictSame(
+    configOf([], { ...REQUIRED, STARGATE_REMOTE_WATCH_URLS: 'https://b.example:50071, https://a.example:50071,,https://a.example:50071' }).remoteStargateUrls,
     ['https://a.example:50071', 'https://b.example:50071']
   )
 })
 
-t.test('--advertised-grpc-port defaults to the --listen-addr port', async (t) => {
-  const env = { POD_NAMESPACE: 'stargate' }
-  t.equal(configOf(['--listen-addr', '127.0.0.1:6000'], env).advertisedGrpcPort, 6000)
-  t.equal(configOf(['--listen-addr', '[::1]:6001'], env).advertisedGrpcPort, 6001)
-  t.equal(configOf(['--listen-addr', '127.0.0.1:6000', '--advertised-grpc-port', '443'], env).advertisedGrpcPort, 443)
+t.test('http:// remote URLs are accepted with --allow-insecure-remote-watch-http', async (t) => {
+  t.strictSame(
+    configOf(['--remote-stargate-url', 'http://router.west.example:50071', '--remote-stargate-url', 'https://router.east.example', '--allow-insecure-remote-watch-http'], REQUIRED).remoteStargateUrls,
+    ['http://router.west.example:50071', 'https://router.east.example']
+  )
+})
+
+t.test('--advertised-grpc-port defaults to 50071 whatever --listen-addr says, as in the Rust router', async (t) => {
+  t.equal(configOf(['--listen-addr', '127.0.0.1:6000'], REQUIRED).advertisedGrpcPort, 50071)
+  t.equal(configOf(['--listen-addr', '[::1]:0'], REQUIRED).advertisedGrpcPort, 50071)
+  t.equal(configOf(['--listen-addr', '127.0.0.1:6000', '--advertised-grpc-port', '443'], REQUIRED).advertisedGrpcPort, 443)
+})
+
+t.test('--grpc-pylon-dial-addr is written as given, http or https, with or without a port or path', async (t) => {
+  for (const value of ['https://gw.example.com', 'http://stargate-router.stargate.svc.cluster.local:50071', 'https://[2001:db8::1]:443', 'HTTPS://GW.example.com:443/']) {
+    t.equal(configOf(['--grpc-pylon-dial-addr', value], REQUIRED).grpcPylonDialAddr, value, value)
+  }
 })
 
 t.test('boolean environment variables accept true/false, 1/0 and yes/no in any case', async (t) => {
@@ -229,22 +261,23 @@ t.test('boolean environment variables accept true/false, 1/0 and yes/no in any c
     ['false', false], ['FALSE', false], ['0', false], ['no', false], ['No', false],
   ]
   for (const [value, want] of cases) {
-    t.equal(configOf([], { POD_NAMESPACE: 'stargate', STARGATE_QUIC_INSECURE: value }).quicInsecure, want, `STARGATE_QUIC_INSECURE=${value}`)
-    t.equal(configOf([], { POD_NAMESPACE: 'stargate', STARGATE_UPSTREAM_TLS: value }).upstreamTls, want, `STARGATE_UPSTREAM_TLS=${value}`)
+    t.equal(configOf([], { ...REQUIRED, STARGATE_QUIC_INSECURE: value }).quicInsecure, want, `STARGATE_QUIC_INSECURE=${value}`)
+    t.equal(configOf([], { ...REQUIRED, STARGATE_UPSTREAM_TLS: value }).upstreamTls, want, `STARGATE_UPSTREAM_TLS=${value}`)
   }
 })
 
 t.test('a boolean environment variable that is not a boolean names the flag and the variable', async (t) => {
   for (const value of ['maybe', '2', 'on', 'y']) {
-    const err = t.throws(() => parseConfig([], { POD_NAMESPACE: 'stargate', STARGATE_QUIC_INSECURE: value })) as ConfigError
+    const err = t.throws(() => parseConfig([], { ...REQUIRED, STARGATE_QUIC_INSECURE: value })) as ConfigError
     t.ok(err instanceof ConfigError, value)
+    t.equal(err.exitCode, 2, `${value}: a value not of the flag's type is a usage error`)
     t.equal(err.flag, 'quic-insecure', value)
     t.equal(err.message, `invalid --quic-insecure (STARGATE_QUIC_INSECURE) '${value}': expected true or false`)
   }
 })
 
 t.test('file discovery needs no namespace and uses the file', async (t) => {
-  const config = configOf(['--discovery', 'file', '--targets-file', '/tmp/targets.yaml'], {})
+  const config = configOf(['--discovery', 'file', '--targets-file', '/tmp/targets.yaml', '--grpc-pylon-dial-addr', DIAL], {})
   t.equal(config.discovery, 'file')
   t.equal(config.targetNamespace, '')
   t.equal(config.targetsFile, '/tmp/targets.yaml')

@@ -4,7 +4,7 @@
 import t from 'tap'
 import { parseConfig, ConfigError, type Config } from '../../lib/config/config.ts'
 
-const NS = { POD_NAMESPACE: 'stargate' }
+const NS = { POD_NAMESPACE: 'stargate', STARGATE_GRPC_PYLON_DIAL_ADDR: 'https://stargate-router.example.com:443' }
 
 function configOf (argv: readonly string[], env: NodeJS.ProcessEnv): Config {
   const result = parseConfig(argv, env)
@@ -73,7 +73,7 @@ t.test('peer flags are not validated while peer discovery is off', async (t) => 
 })
 
 t.test('the peer Service is looked up in the router\'s own namespace (POD_NAMESPACE), else the target namespace', async (t) => {
-  const args = ['--enable-peer-discovery', '--peer-service', 'stargate-router', '--target-namespace', 'stargate']
+  const args = ['--enable-peer-discovery', '--peer-service', 'stargate-router', '--target-namespace', 'stargate', '--grpc-pylon-dial-addr', 'https://gw.example.com']
   t.equal(configOf(args, { POD_NAMESPACE: 'routers', POD_IP: '10.0.0.5' }).peerNamespace, 'routers')
   t.equal(configOf(args, { POD_IP: '10.0.0.5' }).peerNamespace, 'stargate')
 })

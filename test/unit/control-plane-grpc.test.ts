@@ -93,37 +93,37 @@ function decode (frame: Buffer): { stargates: unknown[], watchStargateUrls: stri
   }
 }
 
-t.test('WatchStargates advertises every ready target sorted by id with its rendered host and the advertised port', async (t) => {
+t.test('WatchStargates advertises every ready target sorted by id with its rendered host, the advertised port, the dial URI and no http address', async (t) => {
   const snapshot = snapshotOf([target('stargate-2', null), target('stargate-0', 8000), target('stargate-10', 8000)])
   const frame = encodeStargates(snapshot, {
     template: compile('{pod_name}.{namespace}.stargate.example'),
     advertisedGrpcPort: 443,
-    pylonGrpcDialAddr: 'router.example:50071',
-    remoteWatchUrls: ['https://router-b.example:50071', 'https://router-c.example:50071'],
+    grpcPylonDialAddr: 'https://router.example:443',
+    remoteStargateUrls: ['https://router-b.example:50071', 'https://router-c.example:50071'],
   })
   t.strictSame(decode(frame), {
     stargates: [
-      { stargateId: 'stargate-0', advertiseAddr: 'stargate-0.stargate.stargate.example:443', httpAdvertiseAddr: 'stargate-0.stargate.stargate.example:443', grpcPylonDialAddr: 'router.example:50071' },
-      { stargateId: 'stargate-10', advertiseAddr: 'stargate-10.stargate.stargate.example:443', httpAdvertiseAddr: 'stargate-10.stargate.stargate.example:443', grpcPylonDialAddr: 'router.example:50071' },
-      { stargateId: 'stargate-2', advertiseAddr: 'stargate-2.stargate.stargate.example:443', httpAdvertiseAddr: '', grpcPylonDialAddr: 'router.example:50071' },
+      { stargateId: 'stargate-0', advertiseAddr: 'stargate-0.stargate.stargate.example:443', httpAdvertiseAddr: '', grpcPylonDialAddr: 'https://router.example:443' },
+      { stargateId: 'stargate-10', advertiseAddr: 'stargate-10.stargate.stargate.example:443', httpAdvertiseAddr: '', grpcPylonDialAddr: 'https://router.example:443' },
+      { stargateId: 'stargate-2', advertiseAddr: 'stargate-2.stargate.stargate.example:443', httpAdvertiseAddr: '', grpcPylonDialAddr: 'https://router.example:443' },
     ],
     watchStargateUrls: ['https://router-b.example:50071', 'https://router-c.example:50071'],
   })
 })
 
-t.test('an empty snapshot encodes an empty set, and no dial address or remote URLs stay empty', async (t) => {
+t.test('an empty snapshot encodes an empty set, and no remote URLs stay empty', async (t) => {
   const frame = encodeStargates(snapshotOf([]), {
     template: compile('{pod_name}.stargate.external'),
     advertisedGrpcPort: 50071,
-    pylonGrpcDialAddr: '',
-    remoteWatchUrls: [],
+    grpcPylonDialAddr: 'http://router:50071',
+    remoteStargateUrls: [],
   })
   t.strictSame([...frame], [0, 0, 0, 0, 0], 'proto3 encodes an empty message as zero bytes')
   t.strictSame(decode(frame), { stargates: [], watchStargateUrls: [] })
 })
 
 t.test('the same set encodes to the same bytes whatever order it was built in', async (t) => {
-  const options = { template: compile('{pod_name}.stargate.external'), advertisedGrpcPort: 50071, pylonGrpcDialAddr: '', remoteWatchUrls: [] }
+  const options = { template: compile('{pod_name}.stargate.external'), advertisedGrpcPort: 50071, grpcPylonDialAddr: 'http://router:50071', remoteStargateUrls: [] }
   const a = encodeStargates(snapshotOf([target('b', null), target('a', 1)]), options)
   const b = encodeStargates(snapshotOf([target('a', 1), target('b', null)]), options)
   t.ok(a.equals(b))

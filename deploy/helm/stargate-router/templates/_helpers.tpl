@@ -99,7 +99,7 @@ stargate
 Flags the chart derives from other values; they are not accepted under `config`.
 */}}
 {{- define "stargate-router.managedFlags" -}}
-{{- list "listen-addr" "reverse-tunnel-listen-addr" "health-listen-addr" "target-namespace" "target-service-name" "tls-cert-path" "tls-key-path" "client-ca-path" "upstream-tls-cert-path" "enable-peer-discovery" "peer-service" | toJson -}}
+{{- list "listen-addr" "reverse-tunnel-listen-addr" "health-listen-addr" "target-namespace" "target-service-name" "tls-cert-path" "tls-key-path" "front-door-tls" "client-ca-path" "upstream-tls-cert-path" "enable-peer-discovery" "peer-service" | toJson -}}
 {{- end -}}
 
 {{/* One `config` value as a flag argument; numbers from values files arrive as float64. */}}
@@ -108,6 +108,38 @@ Flags the chart derives from other values; they are not accepted under `config`.
 {{- int64 . -}}
 {{- else -}}
 {{- . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+--grpc-pylon-dial-addr: config.grpc-pylon-dial-addr, else this chart's Service (a URI only
+Pylons inside the cluster can dial; Pylons outside dial the Gateway, which must be set).
+*/}}
+{{- define "stargate-router.grpcPylonDialAddr" -}}
+{{- $set := index .Values.config "grpc-pylon-dial-addr" -}}
+{{- if $set -}}
+{{- $set -}}
+{{- else -}}
+{{- $scheme := ternary "https" "http" .Values.tls.frontDoor.enabled -}}
+{{- $port := default .Values.ports.frontDoor .Values.service.ports.frontDoor -}}
+{{- printf "%s://%s.%s.svc:%d" $scheme (include "stargate-router.fullname" .) .Release.Namespace (int64 $port) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+terminationGracePeriodSeconds follows the drain: the preStop sleep, then the drain timeout
+(--shutdown-drain-timeout-ms, rounded up to seconds), then 5 s to close tunnels and exit.
+*/}}
+{{- define "stargate-router.terminationGracePeriodSeconds" -}}
+{{- $drainMs := int64 (default 30000 (index .Values.config "shutdown-drain-timeout-ms")) -}}
+{{- $drain := div (add $drainMs 999) 1000 -}}
+{{- $needed := add (int64 .Values.preStopSleepSeconds) $drain -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add $needed 5 -}}
+{{- else if lt (int64 .Values.terminationGracePeriodSeconds) $needed -}}
+{{- fail (printf "terminationGracePeriodSeconds %d is shorter than preStopSleepSeconds + the drain timeout (%d s): the kubelet would kill the router mid-drain; leave it null to follow the drain" (int64 .Values.terminationGracePeriodSeconds) $needed) -}}
+{{- else -}}
+{{- int64 .Values.terminationGracePeriodSeconds -}}
 {{- end -}}
 {{- end -}}
 
@@ -122,11 +154,18 @@ Flags the chart derives from other values; they are not accepted under `config`.
 {{- if .Values.stargate.namespace }}
 - {{ printf "--target-namespace=%s" .Values.stargate.namespace | quote }}
 {{- end }}
+- {{ printf "--grpc-pylon-dial-addr=%s" (include "stargate-router.grpcPylonDialAddr" .) | quote }}
 {{- with .Values.tls.serverIdentity }}
 {{- if .secretName }}
 - {{ printf "--tls-cert-path=%s/server/%s" $tlsDir .certKey | quote }}
 - {{ printf "--tls-key-path=%s/server/%s" $tlsDir .keyKey | quote }}
 {{- end }}
+{{- end }}
+{{- if .Values.tls.frontDoor.enabled }}
+{{- if not .Values.tls.serverIdentity.secretName }}
+{{- fail "tls.frontDoor.enabled needs tls.serverIdentity.secretName: the front door serves that identity" }}
+{{- end }}
+- "--front-door-tls"
 {{- end }}
 {{- if include "stargate-router.caSourceSet" .Values.tls.upstreamTrust }}
 - {{ printf "--upstream-tls-cert-path=%s/upstream-trust/%s" $tlsDir .Values.tls.upstreamTrust.key | quote }}
@@ -145,7 +184,9 @@ Flags the chart derives from other values; they are not accepted under `config`.
 - {{ printf "--peer-service=%s" (include "stargate-router.fullname" .) | quote }}
 {{- end }}
 {{- range $name, $value := .Values.config }}
-{{- if has $name $managed }}
+{{- if eq $name "grpc-pylon-dial-addr" }}
+{{- /* rendered above, with the chart's default */ -}}
+{{- else if has $name $managed }}
 {{- fail (printf "config.%s is set by the chart from other values; see the comments in values.yaml" $name) }}
 {{- else if or (kindIs "invalid" $value) (and (kindIs "string" $value) (eq $value "")) }}
 {{- /* null or "": the router's default */ -}}
