@@ -22,6 +22,7 @@ import { startTunnel, type RunningTunnel } from './tunnels.ts'
 import { FrontDoor } from '../lib/front-door/listener.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
+import { TrustedProxies } from '../lib/http-forward/trusted-proxies.ts'
 import { HealthServer } from '../lib/health/server.ts'
 import { Readiness, snapshotReadiness, stalenessReadiness } from '../lib/health/readiness.ts'
 import { createMetrics, type RouterMetrics } from '../lib/metrics/metrics.ts'
@@ -130,6 +131,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     tls: tls.upstream,
     serverName: (target) => template.render(target.identity),
     closeGraceMs: config.shutdownDrainTimeoutMs,
+    maxConnectionsPerPod: config.httpUpstreamMaxConnections,
   })
   const httpForwarder = new HttpForwarder({
     snapshot: store,
@@ -139,6 +141,8 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     headersTimeoutMs: config.httpHeadersTimeoutMs,
     idleTimeoutMs: config.httpIdleTimeoutMs,
     requestTimeoutMs: config.httpRequestTimeoutMs,
+    maxPendingPerPod: config.httpUpstreamMaxConnections + config.httpUpstreamMaxQueue,
+    trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,
     logger,
   })

@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util'
 import { FLAGS, type FlagSpec } from './flags.ts'
 import { checkExplicitUri, describeUriProblem } from './explicit-uri.ts'
 import { compileHostnameTemplate } from '../routing/hostname-template.ts'
+import { parseCidr } from '../http-forward/trusted-proxies.ts'
 
 export interface ListenAddress {
   readonly host: string
@@ -78,6 +79,10 @@ export interface Config {
   // Tunnel port defences (issue 15)
   readonly quicRetryThreshold: number
   readonly quicMaxHandshakesPerAddress: number
+  // Limits and timeouts (issue 14)
+  readonly httpUpstreamMaxConnections: number
+  readonly httpUpstreamMaxQueue: number
+  readonly trustedProxyCidrs: readonly string[]
 }
 
 /**
@@ -255,6 +260,13 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     }
   }
 
+  // Repeatable, and comma-separated on argv too (a list of blocks is one setting).
+  const trustedProxyCidrs = list('trusted-proxy-cidrs').flatMap((item) => item.split(',')).map((s) => s.trim()).filter((s) => s !== '')
+  for (const cidr of trustedProxyCidrs) {
+    const parsedCidr = parseCidr(cidr)
+    if (!parsedCidr.ok) throw new ConfigError('invalid', 'trusted-proxy-cidrs', `invalid --trusted-proxy-cidrs: ${parsedCidr.message}`)
+  }
+
   const config: Config = {
     listenAddr,
     reverseTunnelListenAddr: parseListenAddress('reverse-tunnel-listen-addr', required('reverse-tunnel-listen-addr', str('reverse-tunnel-listen-addr'), 'give host:port')),
@@ -314,6 +326,10 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     // Tunnel port defences (issue 15)
     quicRetryThreshold: int('quic-retry-threshold', 1, 1_000_000) ?? 500,
     quicMaxHandshakesPerAddress: int('quic-max-handshakes-per-address', 1, 1_000_000) ?? 64,
+    // Limits and timeouts (issue 14)
+    httpUpstreamMaxConnections: int('http-upstream-max-connections', 1, 100_000) ?? 1024,
+    httpUpstreamMaxQueue: int('http-upstream-max-queue', 0, 1_000_000) ?? 1024,
+    trustedProxyCidrs,
   }
   return { kind: 'config', config }
 }

@@ -106,6 +106,11 @@ export const FLAGS: readonly FlagSpec[] = [
   flag('peer-check-timeout-ms', 'int', '2000', 'timeout of one peer snapshot check'),
   flag('peer-divergence-grace-ms', 'int', '30000', 'how long a peer\'s snapshot digest may differ from ours before it is reported divergent'),
 
+  // Limits and timeouts (issue 14)
+  flag('http-upstream-max-connections', 'int', '1024', 'most connections to one Stargate pod for LLM client requests'),
+  flag('http-upstream-max-queue', 'int', '1024', 'most LLM client requests waiting for a connection to one pod; beyond it 503 upstream_busy'),
+  flag('trusted-proxy-cidrs', 'list', undefined, 'repeatable or comma-separated: proxies (CIDR blocks or addresses) whose x-forwarded-for, forwarded and x-real-ip are believed; from other peers they are replaced'),
+
   // Logging
   flag('log-level', 'string', 'info', 'pino log level', { choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }),
   flag('log-format', 'string', 'json', 'json lines, or pretty for humans', { choices: ['json', 'pretty'] }),

@@ -112,6 +112,9 @@ export class FrontDoor {
       session.on('error', (err) => { options.logger.debug({ err: err.message }, 'front door http2 session error') })
     })
     this.#h1 = http.createServer({ requestTimeout: 300_000, headersTimeout: 30_000, maxHeaderSize: limits.maxHeaderListSize }, (req, res) => { options.onHttpRequest(req, res) })
+    // Without this listener Node answers 100 Continue before the request is routed; the HTTP
+    // handler sends it once the request may go ahead (refused ones never upload their body).
+    this.#h1.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { options.onHttpRequest(req, res) })
     this.#h1.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
       if (socket.writable && !socket.destroyed) {
         const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request'

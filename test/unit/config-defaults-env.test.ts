@@ -72,6 +72,10 @@ const DEFAULTS: Config = {
   // Tunnel port defences (issue 15)
   quicRetryThreshold: 500,
   quicMaxHandshakesPerAddress: 64,
+  // Limits and timeouts (issue 14)
+  httpUpstreamMaxConnections: 1024,
+  httpUpstreamMaxQueue: 1024,
+  trustedProxyCidrs: [],
 }
 
 t.test('with only the namespace and the dial URI, every setting has the documented default', async (t) => {
@@ -149,6 +153,10 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   // Tunnel port defences (issue 15)
   'quic-retry-threshold': { value: '50', expect: { quicRetryThreshold: 50 } },
   'quic-max-handshakes-per-address': { value: '8', expect: { quicMaxHandshakesPerAddress: 8 } },
+  // Limits and timeouts (issue 14)
+  'http-upstream-max-connections': { value: '8', expect: { httpUpstreamMaxConnections: 8 } },
+  'http-upstream-max-queue': { value: '0', expect: { httpUpstreamMaxQueue: 0 } },
+  'trusted-proxy-cidrs': { value: '10.0.0.0/8', expect: { trustedProxyCidrs: ['10.0.0.0/8'] } },
 }
 
 t.test('every flag in the table has a sample value in this test', async (t) => {

@@ -1,0 +1,38 @@
+// Issue 14: the limits and timeouts flags fail start-up with one line naming the flag when
+// their values are out of range or malformed.
+import t from 'tap'
+import { ConfigError, parseConfig, type Config } from '../../lib/config/config.ts'
+
+const NS = { POD_NAMESPACE: 'stargate' }
+
+function configOf (argv: readonly string[]): Config {
+  const result = parseConfig(argv, NS)
+  if (result.kind !== 'config') throw new Error('expected a config')
+  return result.config
+}
+
+function errorOf (argv: readonly string[]): { flag: string, message: string } | null {
+  try {
+    parseConfig(argv, NS)
+    return null
+  } catch (err) {
+    if (err instanceof ConfigError) return { flag: err.flag, message: err.message }
+    throw err
+  }
+}
+
+t.test('--trusted-proxy-cidrs takes repeated and comma-separated blocks', async (t) => {
+  t.strictSame(configOf(['--trusted-proxy-cidrs', '10.0.0.0/8, 192.0.2.1', '--trusted-proxy-cidrs', 'fd00::/8']).trustedProxyCidrs, ['10.0.0.0/8', '192.0.2.1', 'fd00::/8'])
+})
+
+t.test('an invalid block names the flag and the block', async (t) => {
+  t.strictSame(errorOf(['--trusted-proxy-cidrs', '10.0.0.0/8,proxy.local']), {
+    flag: 'trusted-proxy-cidrs',
+    message: "invalid --trusted-proxy-cidrs: 'proxy.local' is not an IP address or CIDR block such as 10.0.0.0/8",
+  })
+})
+
+t.test('per-pod connection and queue bounds are range-checked', async (t) => {
+  t.strictSame(errorOf(['--http-upstream-max-connections', '0']), { flag: 'http-upstream-max-connections', message: 'invalid --http-upstream-max-connections 0: must be between 1 and 100000' })
+  t.equal(configOf(['--http-upstream-max-queue', '0']).httpUpstreamMaxQueue, 0, 'no queue at all is allowed')
+})
