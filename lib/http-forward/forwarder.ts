@@ -57,9 +57,12 @@ export interface HttpForwarderOptions {
 
 /** Errors that are the request's own fault, not the pod's: never retried. */
 const NOT_RETRIED = new Set(['UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED', 'UND_ERR_ABORTED'])
-/** undici's response parser refused what the pod sent (llhttp error codes are HPE_*). */
-function isInvalidResponse (code: string): boolean {
-  return code.startsWith('HPE_') || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH' || code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE'
+/**
+ * undici's response parser refused what the pod sent: an HTTPParserError (llhttp, code HPE_*
+ * when undici sets one) or one of its own response checks.
+ */
+function isInvalidResponse (err: Error, code: string): boolean {
+  return err.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH' || code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE'
 }
 const BODYLESS = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS', 'TRACE'])
 
@@ -326,7 +329,7 @@ export class HttpForwarder {
     }
     const timeout = code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT'
     this.options.logger.warn({ requestId: exchange.requestId, err: code || err.message, pod: pod?.target.identity, attempt: exchange.attempt }, 'upstream request failed')
-    this.fail(exchange, timeout ? 'upstream_timeout' : isInvalidResponse(code) ? 'upstream_invalid_response' : code === 'UND_ERR_INVALID_ARG' ? 'bad_request' : 'upstream_error')
+    this.fail(exchange, timeout ? 'upstream_timeout' : isInvalidResponse(err, code) ? 'upstream_invalid_response' : code === 'UND_ERR_INVALID_ARG' ? 'bad_request' : 'upstream_error')
   }
 
   /** The pod's response head could not be written to the client: 502 and abort upstream. */

@@ -119,7 +119,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     }),
     registrationStreamsClosed: new Counter({
       name: PREFIX + 'registration_streams_closed_total',
-      help: 'RegisterInferenceServer streams ended, by outcome (forwarded, invalid_argument, target_unavailable, connect_error, upstream_reset, drained)',
+      help: 'RegisterInferenceServer streams ended, by outcome (forwarded, invalid_argument, target_unavailable, connect_error, upstream_reset, drained, invalid_response: the pod sent headers or trailers that cannot be forwarded)',
       labelNames: ['outcome'] as const,
       registers,
     }),
