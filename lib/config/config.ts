@@ -83,6 +83,7 @@ export interface Config {
   readonly httpUpstreamMaxConnections: number
   readonly httpUpstreamMaxQueue: number
   readonly trustedProxyCidrs: readonly string[]
+  readonly upstreamTlsSystemCa: boolean
 }
 
 /**
@@ -267,6 +268,13 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     if (!parsedCidr.ok) throw new ConfigError('invalid', 'trusted-proxy-cidrs', `invalid --trusted-proxy-cidrs: ${parsedCidr.message}`)
   }
 
+  // Issue 14: --upstream-tls used to fall back silently to the system CA store, trusting any
+  // public certificate for a pod address; that is now asked for explicitly.
+  const upstreamTlsSystemCa = bool('upstream-tls-system-ca')
+  if (bool('upstream-tls') && !upstreamTlsSystemCa && emptyToNull(str('upstream-tls-cert-path')) === null && tlsCertPath === null) {
+    throw new ConfigError('invalid', 'upstream-tls', 'invalid --upstream-tls: no trust bundle for Stargate certificates; set --upstream-tls-cert-path (or --tls-cert-path, whose certificate is then trusted), or --upstream-tls-system-ca to trust the system CA store')
+  }
+
   const config: Config = {
     listenAddr,
     reverseTunnelListenAddr: parseListenAddress('reverse-tunnel-listen-addr', required('reverse-tunnel-listen-addr', str('reverse-tunnel-listen-addr'), 'give host:port')),
@@ -330,6 +338,7 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     httpUpstreamMaxConnections: int('http-upstream-max-connections', 1, 100_000) ?? 1024,
     httpUpstreamMaxQueue: int('http-upstream-max-queue', 0, 1_000_000) ?? 1024,
     trustedProxyCidrs,
+    upstreamTlsSystemCa,
   }
   return { kind: 'config', config }
 }

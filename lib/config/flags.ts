@@ -109,6 +109,7 @@ export const FLAGS: readonly FlagSpec[] = [
   // Limits and timeouts (issue 14)
   flag('http-upstream-max-connections', 'int', '1024', 'most connections to one Stargate pod for LLM client requests'),
   flag('http-upstream-max-queue', 'int', '1024', 'most LLM client requests waiting for a connection to one pod; beyond it 503 upstream_busy'),
+  flag('upstream-tls-system-ca', 'bool', 'false', 'with --upstream-tls, also trust the system CA store for Stargate certificates (without it a trust bundle is required)'),
   flag('trusted-proxy-cidrs', 'list', undefined, 'repeatable or comma-separated: proxies (CIDR blocks or addresses) whose x-forwarded-for, forwarded and x-real-ip are believed; from other peers they are replaced'),
 
   // Logging

@@ -76,6 +76,7 @@ const DEFAULTS: Config = {
   httpUpstreamMaxConnections: 1024,
   httpUpstreamMaxQueue: 1024,
   trustedProxyCidrs: [],
+  upstreamTlsSystemCa: false,
 }
 
 t.test('with only the namespace and the dial URI, every setting has the documented default', async (t) => {
@@ -135,7 +136,7 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
     expect: { clientCaPath: '/ca/ca.crt', tlsCertPath: '/tls/tls.crt', tlsKeyPath: '/tls/tls.key' },
     needs: ['--tls-cert-path', '/tls/tls.crt', '--tls-key-path', '/tls/tls.key'],
   },
-  'upstream-tls': { value: 'true', expect: { upstreamTls: true } },
+  'upstream-tls': { value: 'true', expect: { upstreamTls: true, upstreamTlsCertPath: '/up/ca.crt' }, needs: ['--upstream-tls-cert-path', '/up/ca.crt'] },
   'upstream-tls-cert-path': { value: '/up/ca.crt', expect: { upstreamTlsCertPath: '/up/ca.crt' } },
   'quic-insecure': { value: 'true', expect: { quicInsecure: true } },
   'tls-poll-interval-ms': { value: '1000', expect: { tlsPollIntervalMs: 1000 } },
@@ -157,6 +158,7 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'http-upstream-max-connections': { value: '8', expect: { httpUpstreamMaxConnections: 8 } },
   'http-upstream-max-queue': { value: '0', expect: { httpUpstreamMaxQueue: 0 } },
   'trusted-proxy-cidrs': { value: '10.0.0.0/8', expect: { trustedProxyCidrs: ['10.0.0.0/8'] } },
+  'upstream-tls-system-ca': { value: 'true', expect: { upstreamTlsSystemCa: true } },
 }
 
 t.test('every flag in the table has a sample value in this test', async (t) => {
@@ -270,7 +272,7 @@ t.test('boolean environment variables accept true/false, 1/0 and yes/no in any c
   ]
   for (const [value, want] of cases) {
     t.equal(configOf([], { ...REQUIRED, STARGATE_QUIC_INSECURE: value }).quicInsecure, want, `STARGATE_QUIC_INSECURE=${value}`)
-    t.equal(configOf([], { ...REQUIRED, STARGATE_UPSTREAM_TLS: value }).upstreamTls, want, `STARGATE_UPSTREAM_TLS=${value}`)
+    t.equal(configOf([], { ...REQUIRED, STARGATE_UPSTREAM_TLS: value, STARGATE_UPSTREAM_TLS_SYSTEM_CA: 'true' }).upstreamTls, want, `STARGATE_UPSTREAM_TLS=${value}`)
   }
 })
 

@@ -36,3 +36,13 @@ t.test('per-pod connection and queue bounds are range-checked', async (t) => {
   t.strictSame(errorOf(['--http-upstream-max-connections', '0']), { flag: 'http-upstream-max-connections', message: 'invalid --http-upstream-max-connections 0: must be between 1 and 100000' })
   t.equal(configOf(['--http-upstream-max-queue', '0']).httpUpstreamMaxQueue, 0, 'no queue at all is allowed')
 })
+
+t.test('--upstream-tls without a trust bundle is a start-up error unless the system store is asked for', async (t) => {
+  t.strictSame(errorOf(['--upstream-tls']), {
+    flag: 'upstream-tls',
+    message: 'invalid --upstream-tls: no trust bundle for Stargate certificates; set --upstream-tls-cert-path (or --tls-cert-path, whose certificate is then trusted), or --upstream-tls-system-ca to trust the system CA store',
+  })
+  t.equal(configOf(['--upstream-tls', '--upstream-tls-system-ca']).upstreamTlsSystemCa, true)
+  t.equal(configOf(['--upstream-tls', '--upstream-tls-cert-path', '/ca/bundle.pem']).upstreamTlsCertPath, '/ca/bundle.pem')
+  t.equal(configOf(['--upstream-tls', '--tls-cert-path', '/tls/tls.crt', '--tls-key-path', '/tls/tls.key']).upstreamTls, true, 'the router certificate is the trust, as before')
+})
