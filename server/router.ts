@@ -172,6 +172,8 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     snapshot: store,
     discovery: source,
     debugRoutes: peers === null ? [] : [peers.debugRoute],
+    logger,
+    onRefused: (reason) => { metrics.limits.connectionsRefused.labels('health', reason).inc() },
   })
   let healthAddress: AddressInfo
   let frontDoorAddress: AddressInfo
