@@ -162,6 +162,16 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     limits: { maxConcurrentStreams: config.http2MaxConcurrentStreams, maxHeaderListSize: config.http2MaxHeaderListBytes },
     onRapidReset: () => { metrics.http2RapidResetCloses.inc() },
     onTlsError: () => { metrics.tlsHandshakeFailures.labels('front_door').inc() },
+    connections: {
+      maxConnections: config.frontDoorMaxConnections,
+      headersTimeoutMs: config.httpHeadersTimeoutMs,
+      keepAliveTimeoutMs: config.httpKeepAliveTimeoutMs,
+      http2IdleTimeoutMs: config.http2SessionIdleTimeoutMs,
+      tlsHandshakeTimeoutMs: config.tlsHandshakeTimeoutMs,
+    },
+    onRefused: (reason) => { metrics.limits.connectionsRefused.labels('front_door', reason).inc() },
+    onTimedOut: (reason) => { metrics.limits.connectionsTimedOut.labels(reason).inc() },
+    onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
   })
   tls.attach(frontDoor, upstreamPool, httpPods)
   const health = new HealthServer({

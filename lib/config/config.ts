@@ -84,6 +84,10 @@ export interface Config {
   readonly httpUpstreamMaxQueue: number
   readonly trustedProxyCidrs: readonly string[]
   readonly upstreamTlsSystemCa: boolean
+  readonly frontDoorMaxConnections: number
+  readonly httpKeepAliveTimeoutMs: number
+  readonly http2SessionIdleTimeoutMs: number
+  readonly tlsHandshakeTimeoutMs: number
 }
 
 /**
@@ -339,6 +343,10 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     httpUpstreamMaxQueue: int('http-upstream-max-queue', 0, 1_000_000) ?? 1024,
     trustedProxyCidrs,
     upstreamTlsSystemCa,
+    frontDoorMaxConnections: int('front-door-max-connections', 1, 1_000_000) ?? 10000,
+    httpKeepAliveTimeoutMs: int('http-keep-alive-timeout-ms', 100, MAX_MS) ?? 75000,
+    http2SessionIdleTimeoutMs: int('http2-session-idle-timeout-ms', 100, MAX_MS) ?? 300000,
+    tlsHandshakeTimeoutMs: int('tls-handshake-timeout-ms', 100, MAX_MS) ?? 10000,
   }
   return { kind: 'config', config }
 }

@@ -78,6 +78,10 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'http-upstream-max-connections': 256,
   'http-upstream-max-queue': 64,
   'upstream-tls-system-ca': true,
+  'front-door-max-connections': 20000,
+  'http-keep-alive-timeout-ms': 120000,
+  'http2-session-idle-timeout-ms': 600000,
+  'tls-handshake-timeout-ms': 5000,
   'trusted-proxy-cidrs': ['10.0.0.0/8', 'fd00::/8'],
 }
 

@@ -77,6 +77,10 @@ const DEFAULTS: Config = {
   httpUpstreamMaxQueue: 1024,
   trustedProxyCidrs: [],
   upstreamTlsSystemCa: false,
+  frontDoorMaxConnections: 10000,
+  httpKeepAliveTimeoutMs: 75000,
+  http2SessionIdleTimeoutMs: 300000,
+  tlsHandshakeTimeoutMs: 10000,
 }
 
 t.test('with only the namespace and the dial URI, every setting has the documented default', async (t) => {
@@ -159,6 +163,10 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'http-upstream-max-queue': { value: '0', expect: { httpUpstreamMaxQueue: 0 } },
   'trusted-proxy-cidrs': { value: '10.0.0.0/8', expect: { trustedProxyCidrs: ['10.0.0.0/8'] } },
   'upstream-tls-system-ca': { value: 'true', expect: { upstreamTlsSystemCa: true } },
+  'front-door-max-connections': { value: '500', expect: { frontDoorMaxConnections: 500 } },
+  'http-keep-alive-timeout-ms': { value: '5000', expect: { httpKeepAliveTimeoutMs: 5000 } },
+  'http2-session-idle-timeout-ms': { value: '60000', expect: { http2SessionIdleTimeoutMs: 60000 } },
+  'tls-handshake-timeout-ms': { value: '3000', expect: { tlsHandshakeTimeoutMs: 3000 } },
 }
 
 t.test('every flag in the table has a sample value in this test', async (t) => {
