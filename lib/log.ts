@@ -22,6 +22,7 @@ export const PEER_TRIGGERED_MESSAGES: readonly LimitedMessage[] = [
   { msg: 'front door http/1.1 client error' },
   { msg: 'front door http2 session error' },
   { msg: 'front door accept error', by: 'code' },
+  { msg: 'health listener accept error', by: 'code' },
   { msg: 'closing http2 connection: rapid stream resets (GOAWAY ENHANCE_YOUR_CALM)' },
   { msg: 'raw quic tunnel rejected', by: 'reason' },
   { msg: 'raw quic tunnel closed', by: 'outcome' },
