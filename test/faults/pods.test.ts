@@ -15,7 +15,7 @@ import { StubLlm } from '../fixtures/stub-llm.ts'
 import { Pylon } from '../fixtures/pylon.ts'
 import { RawH2Server } from '../fixtures/raw-h2.ts'
 import { RawHttpPod, answerWith } from '../fixtures/raw-http-pod.ts'
-import { openFds, probe } from '../fixtures/fault-probe.ts'
+import { openFdsExcept, probe } from '../fixtures/fault-probe.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 t.setTimeout(180_000)
@@ -100,7 +100,7 @@ t.test('pods killed mid-stream or answering garbage cost their own calls, and le
     stub = await StubStargate.start({ podName: 'stargate-0', ip: GOOD_IP, advertisedHost: 'stargate-0.stargate.external', port: grpcPort })
     llm = await StubLlm.start({ podName: 'stargate-0', ip: GOOD_IP, port: httpPort, tokenIntervalMs: 20 })
     await waitFor(async () => await router.metric('stargate_k8s_router_front_door_connections') === 0, { message: `round ${round}: client connections gone` })
-    descriptors.push(await openFds(pid))
+    descriptors.push(await openFdsExcept(pid, [GOOD_IP, BAD_IP]))
   }
   t.ok((await router.metric('stargate_k8s_router_registration_streams_closed_total', { outcome: 'upstream_reset' }) ?? 0) >= 2, 'pod deaths counted as upstream_reset')
   t.equal(await router.metric('stargate_k8s_router_registration_streams_closed_total', { outcome: 'invalid_response' }), 2, 'invalid responses counted')
