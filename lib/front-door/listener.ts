@@ -180,8 +180,9 @@ export class FrontDoor {
       session.on('close', () => { this.#sessions.delete(session) })
       session.on('error', (err) => { options.logger.debug({ err: err.message }, 'front door http2 session error') })
     })
-    // Its header and request timeouts are never armed (see connection-deadlines.ts).
-    this.#h1 = http.createServer({ maxHeaderSize: limits.maxHeaderListSize }, (req, res) => { this.#onH1Request(req, res) })
+    // Its header and request timeouts are never armed (see connection-deadlines.ts). Its
+    // keep-alive timer is (per response, 5 s by default): off, so --http-keep-alive-timeout-ms rules.
+    this.#h1 = http.createServer({ maxHeaderSize: limits.maxHeaderListSize, keepAliveTimeout: 0 }, (req, res) => { this.#onH1Request(req, res) })
     // Without this listener Node answers 100 Continue before the request is routed; the HTTP
     // handler sends it once the request may go ahead (refused ones never upload their body).
     this.#h1.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { this.#onH1Request(req, res) })

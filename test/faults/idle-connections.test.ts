@@ -46,22 +46,26 @@ async function inBatches (count: number, open: () => Promise<net.Socket>, into: 
 }
 
 t.test('5,000 idle connections are held within the memory bound, the next is refused, and all are released', async (t) => {
-  const { p, health, frontDoor } = await startReadyRouter(t, ['--front-door-max-connections', String(CAP)], { fdLimit: 20_000 })
+  // Idle timeouts far beyond the test, so nothing closes while the 5,000 are opened on a slow machine.
+  const { p, health, frontDoor } = await startReadyRouter(t, ['--front-door-max-connections', String(CAP), '--http-keep-alive-timeout-ms', '600000', '--http2-session-idle-timeout-ms', '600000'], { fdLimit: 20_000 })
   const pid = p.child.pid as number
   const router = probe(health)
   const fdsBefore = await openFds(pid)
   const rssBefore = await rssBytes(pid)
   const sockets: net.Socket[] = []
   t.teardown(() => { for (const s of sockets) s.destroy() })
+  const started = Date.now()
   await inBatches(H1, () => openH1(frontDoor), sockets)
   await inBatches(H2, () => openH2(frontDoor), sockets)
-  await waitFor(async () => await router.metric('stargate_k8s_router_front_door_connections') === CAP, { message: `${CAP} connections open`, timeoutMs: 30_000 })
+  t.comment(`opened ${CAP} connections in ${((Date.now() - started) / 1000).toFixed(1)} s`)
+  await waitFor(async () => { const open = await router.metric('stargate_k8s_router_front_door_connections'); return open === CAP ? open : `${open ?? 'no'} open` }, { message: `${CAP} connections open`, timeoutMs: 30_000 })
   const rssHeld = await rssBytes(pid)
   const fdsHeld = await openFds(pid)
   const perConnection = (rssHeld - rssBefore) / CAP
   t.comment(`held ${CAP} idle connections (${H1} HTTP/1.1, ${H2} h2c): ${fdsHeld - fdsBefore} descriptors, RSS ${(rssBefore / 2 ** 20).toFixed(1)} -> ${(rssHeld / 2 ** 20).toFixed(1)} MiB, ${(perConnection / 1024).toFixed(1)} KiB per connection`)
   t.ok(perConnection < IDLE_BOUND_BYTES, `per idle connection ${(perConnection / 1024).toFixed(1)} KiB < the documented ${IDLE_BOUND_BYTES / 1024} KiB`)
-  t.ok(fdsHeld - fdsBefore >= CAP, 'one descriptor per connection')
+  // ±2: the probe connections start-up left kept alive on the health port come and go.
+  t.ok(Math.abs(fdsHeld - fdsBefore - CAP) <= 2, `one descriptor per connection (${fdsHeld - fdsBefore} for ${CAP})`)
   t.equal(await router.livez(), 200, 'the router answers probes while full')
 
   const over = net.connect(frontDoor, '127.0.0.1')
@@ -72,5 +76,6 @@ t.test('5,000 idle connections are held within the memory bound, the next is ref
   for (const socket of sockets) socket.destroy()
   await waitFor(async () => await router.metric('stargate_k8s_router_front_door_connections') === 0, { message: 'every connection closed', timeoutMs: 30_000 })
   await waitFor(async () => await openFds(pid) <= fdsBefore, { message: `descriptors back to ${fdsBefore}`, timeoutMs: 30_000 })
+  t.pass('every descriptor released')
   t.equal(await router.livez(), 200)
 })

@@ -99,3 +99,14 @@ t.test('connections over --front-door-max-connections are closed at accept, coun
   await waitFor(async () => await pods.kube.metric('stargate_k8s_router_front_door_connections') === 0, { message: 'the held connections gone' })
   t.equal((await request(port, { host: HOST, method: 'GET', path: '/status/200' })).status, 200, 'served again under the cap')
 })
+
+t.test('an idle HTTP/1.1 connection lives as long as --http-keep-alive-timeout-ms says, not Node\'s 5 s', async (t) => {
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], http: true, args: ['--http-keep-alive-timeout-ms', '60000'] })
+  const idle = rawConnection(pods.kube.frontDoorPort, `GET /status/200 HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`)
+  t.teardown(() => { idle.socket.destroy() })
+  let closed = false
+  void idle.closed.then(() => { closed = true })
+  await new Promise((resolve) => { setTimeout(resolve, 6500) })
+  t.equal(closed, false, 'still open after 6.5 s idle')
+  t.equal(await pods.kube.metric('stargate_k8s_router_front_door_connections'), 1)
+})
