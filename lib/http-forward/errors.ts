@@ -16,6 +16,7 @@ export const HTTP_ERRORS = {
   upstream_busy: { status: 503, message: 'the stargate has too many requests queued; retry later' },
   upstream_invalid_response: { status: 502, message: 'the stargate sent a response the router cannot forward' },
   host_mismatch: { status: 400, message: 'the host header and the request target name different hosts' },
+  request_timeout: { status: 408, message: 'the request body stopped arriving for longer than the router waits' },
 } as const
 
 export type HttpErrorCode = keyof typeof HTTP_ERRORS

@@ -15,7 +15,9 @@
  * response the router cannot re-encode (e.g. two content-type fields for an HTTP/2 client) is a
  * 502 upstream_invalid_response for that request, never an exception. `Expect: 100-continue`
  * is answered by the router once the request is routed. An error answered while the client may
- * still be sending a body closes the connection instead of reading the rest.
+ * still be sending a body closes the connection instead of reading the rest. A request body
+ * that goes silent for --http-idle-timeout-ms (undici times only the response) is a 408
+ * request_timeout, checked on one coarse tick for all requests.
  *
  * Each request is one Exchange object, which is also the undici dispatch handler (undici's
  * native callback interface: no wrapper objects, no header parsing into objects).
@@ -84,6 +86,8 @@ class Exchange {
   attempt = 1
   /** undici called onConnect in this attempt: request bytes may have reached the pod. */
   sent = false
+  /** When the last request body chunk arrived (performance.now), while the body is read. */
+  lastBodyAt = 0
   bodyBytes = 0
   bodyStarted = false
   counting = false
@@ -126,6 +130,10 @@ class Exchange {
     if (this.hasBody && !this.counting) {
       this.counting = true
       this.req.on('data', onReqData)
+      if (!this.req.complete) {
+        this.req.once('end', onReqEnd)
+        this.forwarder.startReceiving(this)
+      }
     }
   }
 
@@ -213,11 +221,21 @@ function onReqData (this: Req & { [kExchange]?: Exchange }, chunk: Buffer): void
   const exchange = this[kExchange]
   if (exchange === undefined) return
   exchange.bodyStarted = true
+  exchange.lastBodyAt = performance.now()
   exchange.bodyBytes += chunk.length
   if (exchange.bodyBytes > exchange.forwarder.options.maxBodyBytes && !exchange.done) {
     exchange.forwarder.fail(exchange, 'payload_too_large', true)
     exchange.abort?.(new Error('request body too large'))
   }
+}
+
+function onReqEnd (this: Req & { [kExchange]?: Exchange }): void {
+  const exchange = this[kExchange]
+  if (exchange !== undefined) exchange.forwarder.stopReceiving(exchange)
+}
+
+function checkBodies (forwarder: HttpForwarder): void {
+  forwarder.checkReceiving()
 }
 
 function onTimeout (exchange: Exchange): void {
@@ -231,9 +249,43 @@ const kExchange = Symbol('exchange')
 
 export class HttpForwarder {
   readonly options: HttpForwarderOptions
+  /** Requests whose body is being read, for the body idle timeout. */
+  readonly #receiving = new Set<Exchange>()
+  #bodyTick: NodeJS.Timeout | null = null
 
   constructor (options: HttpForwarderOptions) {
     this.options = options
+  }
+
+  startReceiving (exchange: Exchange): void {
+    exchange.lastBodyAt = performance.now()
+    this.#receiving.add(exchange)
+    if (this.#bodyTick === null) {
+      this.#bodyTick = setInterval(checkBodies, Math.max(25, Math.min(1000, Math.floor(this.options.idleTimeoutMs / 4))), this)
+      this.#bodyTick.unref()
+    }
+  }
+
+  stopReceiving (exchange: Exchange): void {
+    this.#receiving.delete(exchange)
+    if (this.#receiving.size === 0 && this.#bodyTick !== null) {
+      clearInterval(this.#bodyTick)
+      this.#bodyTick = null
+    }
+  }
+
+  /** Fails requests whose client stopped sending its body (not those paused by the pod). */
+  checkReceiving (): void {
+    const now = performance.now()
+    for (const exchange of this.#receiving) {
+      if (exchange.req.isPaused()) {
+        // Backpressure from the pod: waiting on it is not the client's silence.
+        exchange.lastBodyAt = now
+      } else if (now - exchange.lastBodyAt >= this.options.idleTimeoutMs) {
+        this.fail(exchange, 'request_timeout', true)
+        exchange.abort?.(new Error('request body timeout'))
+      }
+    }
   }
 
   handle (req: Req, res: Res): void {
@@ -358,6 +410,7 @@ export class HttpForwarder {
     if (exchange.done) return
     exchange.done = true
     if (exchange.timer !== null) clearTimeout(exchange.timer)
+    this.stopReceiving(exchange)
     if (exchange.pod !== null) exchange.pod.inflight--
     exchange.pod = null
     const { metrics } = this.options

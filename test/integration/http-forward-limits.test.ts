@@ -172,3 +172,21 @@ t.test('after 413 the connection is closed, not read to the end of the body', as
   t.match(chunked.text, /^HTTP\/1\.1 413 /, 'a chunked body passing the limit: 413')
   t.ok(chunked.closedByRouter, 'and the connection is closed')
 })
+
+t.test('a request body that stops arriving is 408 request_timeout after --http-idle-timeout-ms, and the pod sees the request end', async (t) => {
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], http: true, args: ['--http-idle-timeout-ms', '400'] })
+  const stalled = await rawExchange(pods.kube.frontDoorPort, 'POST /echo HTTP/1.1\r\nHost: stargate-0.stargate.external\r\nContent-Length: 1000\r\n\r\n{"partial":')
+  t.match(stalled.text, /^HTTP\/1\.1 408 /)
+  t.match(stalled.text, /x-stargate-error-code: request_timeout/)
+  t.ok(stalled.closedByRouter, 'and the connection is closed')
+  const llm = pods.llms.get('stargate-0')
+  await waitFor(() => llm?.requests[0]?.aborted === true || llm?.openResponses === 0, { message: 'the pod saw the request end' })
+  t.equal(await pods.kube.metric('stargate_k8s_router_http_requests_total', { outcome: 'request_timeout' }), 1)
+})
+
+t.test('a body held back by a slow pod is not a client timeout', async (t) => {
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], http: true, args: ['--http-idle-timeout-ms', '1500'] })
+  // 8 MiB, more than the socket buffers hold, to a pod that reads it as it comes.
+  const reply = await request(pods.kube.frontDoorPort, { host: 'stargate-0.stargate.external', path: '/echo', body: JSON.stringify({ text: 'z'.repeat(8 * 1024 * 1024) }) })
+  t.equal(reply.status, 200)
+})
