@@ -137,6 +137,7 @@ export class FrontDoor {
   readonly #raw = new Set<Socket>()
   readonly #deadlines: ConnectionDeadlines
   readonly #tracked = new WeakMap<Socket, TrackedConnection>()
+  readonly #tags = new WeakMap<TrackedConnection, { door: FrontDoor, connection: TrackedConnection }>()
   #draining = false
   /** While closing: called as sockets close, to resolve once none is left. */
   #onRawClosed: (() => void) | null = null
@@ -171,7 +172,7 @@ export class FrontDoor {
       const tracked = attaching === null ? undefined : this.#tracked.get(attaching)
       if (tracked !== undefined) {
         tracked.session = session
-        ;(session as Tagged<ServerHttp2Session>)[kTracked] = { door: this, connection: tracked }
+        ;(session as Tagged<ServerHttp2Session>)[kTracked] = this.#tagOf(tracked)
       }
       // The session's own 'stream' event, not the server's: it carries the session even for
       // streams that were reset before the handler ran (rapid-reset guard).
@@ -346,6 +347,16 @@ export class FrontDoor {
     return connection
   }
 
+  /** One tag per connection, shared by its requests and streams (no allocation per request). */
+  #tagOf (connection: TrackedConnection): { door: FrontDoor, connection: TrackedConnection } {
+    let tag = this.#tags.get(connection)
+    if (tag === undefined) {
+      tag = { door: this, connection }
+      this.#tags.set(connection, tag)
+    }
+    return tag
+  }
+
   #onExpired (connection: TrackedConnection, reason: DeadlineReason): void {
     this.#options.onTimedOut?.(reason)
     const socket = connection.socket
@@ -380,7 +391,7 @@ export class FrontDoor {
     const connection = this.#tracked.get(req.socket)
     if (connection !== undefined) {
       this.#deadlines.requestStarted(connection)
-      ;(res as Tagged<ServerResponse>)[kTracked] = { door: this, connection }
+      ;(res as Tagged<ServerResponse>)[kTracked] = this.#tagOf(connection)
       res.once('close', onH1ResponseClose)
     }
     if (this.#draining) res.shouldKeepAlive = false
