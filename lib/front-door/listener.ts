@@ -208,7 +208,9 @@ export class FrontDoor {
         handshakeTimeout: connections.tlsHandshakeTimeoutMs,
       })
       server.on('secureConnection', (socket) => { this.#onSecureConnection(socket) })
-      server.on('tlsClientError', (err: NodeJS.ErrnoException) => {
+      server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: TLSSocket) => {
+        // With a listener Node leaves the socket to it: a handshake timeout alone closes nothing.
+        socket.destroy()
         if (err.code === 'ERR_TLS_HANDSHAKE_TIMEOUT') options.onTimedOut?.('tls_handshake_timeout')
         options.onTlsError?.(err)
         options.logger.debug({ err: err.message }, 'front door tls handshake failed')

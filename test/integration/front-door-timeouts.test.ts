@@ -10,9 +10,15 @@ import { StubPods } from '../fixtures/stub-pods.ts'
 import { FRAME, RawH2Client } from '../fixtures/raw-h2.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import { request } from '../fixtures/http-client.ts'
+import { createCa, createLeaf } from '../fixtures/certs.ts'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 
 const SHORT = ['--http-headers-timeout-ms', '400', '--http-keep-alive-timeout-ms', '400', '--http2-session-idle-timeout-ms', '400']
 const HOST = 'stargate-0.stargate.external'
+/** The opt-in that makes the front door TLS, besides a server identity. */
+const FRONT_DOOR_TLS: readonly string[] = []
 
 /** A raw connection: what it received and when the router closed it. */
 function rawConnection (port: number, bytes: string): { socket: net.Socket, closed: Promise<string> } {
@@ -109,4 +115,19 @@ t.test('an idle HTTP/1.1 connection lives as long as --http-keep-alive-timeout-m
   await new Promise((resolve) => { setTimeout(resolve, 6500) })
   t.equal(closed, false, 'still open after 6.5 s idle')
   t.equal(await pods.kube.metric('stargate_k8s_router_front_door_connections'), 1)
+})
+
+t.test('a TLS handshake that does not finish in --tls-handshake-timeout-ms is closed and counted', async (t) => {
+  const ca = await createCa({ name: 'handshake timeout ca' })
+  const leaf = await createLeaf(ca, { dnsNames: ['router.example'] })
+  const dir = await mkdtemp(join(tmpdir(), 'stargate-handshake-'))
+  t.teardown(() => rm(dir, { recursive: true, force: true }))
+  await writeFile(join(dir, 'tls.crt'), leaf.chainPem)
+  await writeFile(join(dir, 'tls.key'), leaf.keyPem)
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: [...FRONT_DOOR_TLS, '--tls-cert-path', join(dir, 'tls.crt'), '--tls-key-path', join(dir, 'tls.key'), '--tls-handshake-timeout-ms', '400'] })
+  // The first bytes of a ClientHello record, and then nothing.
+  const stalled = rawConnection(pods.kube.frontDoorPort, '\u0016\u0003\u0001\u0002\u0000\u0001')
+  t.teardown(() => { stalled.socket.destroy() })
+  await stalled.closed
+  t.equal(await pods.kube.metric('stargate_k8s_router_front_door_connections_timed_out_total', { reason: 'tls_handshake_timeout' }), 1)
 })
