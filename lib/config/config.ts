@@ -265,8 +265,9 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     }
   }
 
-  // Repeatable, and comma-separated on argv too (a list of blocks is one setting).
-  const trustedProxyCidrs = list('trusted-proxy-cidrs').flatMap((item) => item.split(',')).map((s) => s.trim()).filter((s) => s !== '')
+  // Repeatable, and comma-separated (get() splits lists as clap's value_delimiter does).
+  const trustedValue = get('trusted-proxy-cidrs').value
+  const trustedProxyCidrs: readonly string[] = Array.isArray(trustedValue) ? trustedValue as readonly string[] : []
   for (const cidr of trustedProxyCidrs) {
     const parsedCidr = parseCidr(cidr)
     if (!parsedCidr.ok) throw new ConfigError('invalid', 'trusted-proxy-cidrs', `invalid --trusted-proxy-cidrs: ${parsedCidr.message}`)

@@ -3,7 +3,7 @@
 import t from 'tap'
 import { ConfigError, parseConfig, type Config } from '../../lib/config/config.ts'
 
-const NS = { POD_NAMESPACE: 'stargate' }
+const NS = { POD_NAMESPACE: 'stargate', STARGATE_GRPC_PYLON_DIAL_ADDR: 'https://stargate-router.example.com:443' }
 
 function configOf (argv: readonly string[]): Config {
   const result = parseConfig(argv, NS)
