@@ -2,7 +2,9 @@
 // the lines an unauthenticated peer can cause at will are rate-limited per reason, with the
 // suppressed count reported. Asserted on the JSON lines written (pino's own test style).
 import t from 'tap'
-import { createLogger } from '../../lib/log.ts'
+import { readFile, readdir } from 'node:fs/promises'
+import { join } from 'node:path'
+import { PEER_TRIGGERED_MESSAGES, createLogger } from '../../lib/log.ts'
 import { redactSecrets } from '../../lib/log-redact.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
@@ -45,15 +47,15 @@ t.test('a peer-triggered message is limited per reason; the rest of the window i
   const out = sink()
   let now = 1_000_000
   const logger = createLogger({ level: 'info', format: 'json', destination: out.destination, rateLimit: { windowMs: 10_000, burst: 3 }, now: () => now })
-  for (let i = 0; i < 10; i++) logger.info({ sni: `x${i}.example`, reason: 'unknown_sni' }, 'raw quic tunnel rejected')
-  logger.info({ sni: 'y.example', reason: 'missing_sni' }, 'raw quic tunnel rejected')
+  for (let i = 0; i < 10; i++) logger.info({ sni: `x${i}.example`, reason: 'unknown_sni' }, 'raw quic handshake refused')
+  logger.info({ sni: 'y.example', reason: 'missing_sni' }, 'raw quic handshake refused')
   for (let i = 0; i < 10; i++) logger.info({ i }, 'target snapshot published')
-  const rejected = (): Array<Record<string, unknown>> => out.lines().filter((l) => l.msg === 'raw quic tunnel rejected')
+  const rejected = (): Array<Record<string, unknown>> => out.lines().filter((l) => l.msg === 'raw quic handshake refused')
   t.same(rejected().map((l) => l.reason), ['unknown_sni', 'unknown_sni', 'unknown_sni', 'missing_sni'], 'three per reason, and another reason has its own budget')
   t.equal(out.lines().filter((l) => l.msg === 'target snapshot published').length, 10, 'messages a peer cannot cause are not limited')
   now += 10_000
-  logger.info({ sni: 'z.example', reason: 'unknown_sni' }, 'raw quic tunnel rejected')
-  t.match(out.lines().find((l) => l.msg === 'log lines suppressed'), { message: 'raw quic tunnel rejected', reason: 'unknown_sni', suppressed: 7 })
+  logger.info({ sni: 'z.example', reason: 'unknown_sni' }, 'raw quic handshake refused')
+  t.match(out.lines().find((l) => l.msg === 'log lines suppressed'), { message: 'raw quic handshake refused', reason: 'unknown_sni', suppressed: 7 })
   t.equal(rejected().length, 5, 'a new window logs again')
 })
 
@@ -63,4 +65,15 @@ t.test('the suppressed count is reported when the window ends even if the flood 
   for (let i = 0; i < 5; i++) logger.debug({ err: 'HPE_INVALID_METHOD' }, 'front door http/1.1 client error')
   const summary = await waitFor(() => out.lines().find((l) => l.msg === 'log lines suppressed'), { message: 'the summary line' })
   t.match(summary, { message: 'front door http/1.1 client error', suppressed: 4 })
+})
+
+t.test('every rate-limited message is one the router logs (a renamed line would escape the limit)', async (t) => {
+  const root = new URL('../../', import.meta.url).pathname
+  let source = ''
+  for (const dir of ['lib', 'server']) {
+    for (const entry of await readdir(join(root, dir), { recursive: true })) {
+      if (entry.endsWith('.ts') && entry !== 'log.ts') source += await readFile(join(root, dir, entry), 'utf8')
+    }
+  }
+  for (const { msg } of PEER_TRIGGERED_MESSAGES) t.ok(source.includes(msg.replace(/\*$/, '')), msg)
 })
