@@ -55,6 +55,9 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'tunnel-protocol': 'webtransport',
   'quic-retry': true,
   'quic-max-connections': 20000,
+  // Tunnel port defences (issue 15)
+  'quic-retry-threshold': 250,
+  'quic-max-handshakes-per-address': 16,
   'http-max-body-bytes': 67108864,
   'http-headers-timeout-ms': 20000,
   'http-idle-timeout-ms': 120000,
