@@ -22,6 +22,7 @@ import { startTunnel, type RunningTunnel } from './tunnels.ts'
 import { FrontDoor } from '../lib/front-door/listener.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
+import { TrustedProxies } from '../lib/http-forward/trusted-proxies.ts'
 import { HealthServer } from '../lib/health/server.ts'
 import { Readiness, snapshotReadiness, stalenessReadiness } from '../lib/health/readiness.ts'
 import { createMetrics, type RouterMetrics } from '../lib/metrics/metrics.ts'
@@ -130,6 +131,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     tls: tls.upstream,
     serverName: (target) => template.render(target.identity),
     closeGraceMs: config.shutdownDrainTimeoutMs,
+    maxConnectionsPerPod: config.httpUpstreamMaxConnections,
   })
   const httpForwarder = new HttpForwarder({
     snapshot: store,
@@ -139,6 +141,8 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     headersTimeoutMs: config.httpHeadersTimeoutMs,
     idleTimeoutMs: config.httpIdleTimeoutMs,
     requestTimeoutMs: config.httpRequestTimeoutMs,
+    maxPendingPerPod: config.httpUpstreamMaxConnections + config.httpUpstreamMaxQueue,
+    trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,
     logger,
   })
@@ -158,6 +162,16 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     limits: { maxConcurrentStreams: config.http2MaxConcurrentStreams, maxHeaderListSize: config.http2MaxHeaderListBytes },
     onRapidReset: () => { metrics.http2RapidResetCloses.inc() },
     onTlsError: () => { metrics.tlsHandshakeFailures.labels('front_door').inc() },
+    connections: {
+      maxConnections: config.frontDoorMaxConnections,
+      headersTimeoutMs: config.httpHeadersTimeoutMs,
+      keepAliveTimeoutMs: config.httpKeepAliveTimeoutMs,
+      http2IdleTimeoutMs: config.http2SessionIdleTimeoutMs,
+      tlsHandshakeTimeoutMs: config.tlsHandshakeTimeoutMs,
+    },
+    onRefused: (reason) => { metrics.limits.connectionsRefused.labels('front_door', reason).inc() },
+    onTimedOut: (reason) => { metrics.limits.connectionsTimedOut.labels(reason).inc() },
+    onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
   })
   tls.attach(frontDoor, upstreamPool, httpPods)
   const health = new HealthServer({
@@ -168,6 +182,8 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     snapshot: store,
     discovery: source,
     debugRoutes: peers === null ? [] : [peers.debugRoute],
+    logger,
+    onRefused: (reason) => { metrics.limits.connectionsRefused.labels('health', reason).inc() },
   })
   let healthAddress: AddressInfo
   let frontDoorAddress: AddressInfo

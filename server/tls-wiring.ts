@@ -3,7 +3,7 @@
  * the front door's SecureContext (server identity + client trust), the upstream dialers'
  * SecureContext (upstream trust), and the connections to close when a trust bundle changes.
  */
-import { createSecureContext, type SecureContext } from 'node:tls'
+import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls'
 import type { Config } from '../lib/config/config.ts'
 import { TlsMaterialManager } from '../lib/tls/manager.ts'
 import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-context-consumer.ts'
@@ -61,8 +61,12 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
   let upstream: (() => UpstreamTls) | null = null
   let current: UpstreamTls = { secureContext: createSecureContext(), generation: 0 }
   if (config.upstreamTls) upstream = () => current
+  // Without a bundle Node's default context trusts the system store; configuration allows that
+  // only with --upstream-tls-system-ca, which also adds the system roots to a bundle.
   const upstreamFrom = (s: TlsState): UpstreamTls => ({
-    secureContext: s.upstreamTrust === null ? createSecureContext() : createSecureContext({ ca: s.upstreamTrust.pem }),
+    secureContext: s.upstreamTrust === null
+      ? createSecureContext()
+      : createSecureContext({ ca: config.upstreamTlsSystemCa ? [...rootCertificates, s.upstreamTrust.pem] : s.upstreamTrust.pem }),
     generation: s.generations.upstream_trust,
   })
 

@@ -9,6 +9,7 @@ import { parseArgs } from 'node:util'
 import { FLAGS, type FlagSpec } from './flags.ts'
 import { checkExplicitUri, describeUriProblem } from './explicit-uri.ts'
 import { compileHostnameTemplate } from '../routing/hostname-template.ts'
+import { parseCidr } from '../http-forward/trusted-proxies.ts'
 
 export interface ListenAddress {
   readonly host: string
@@ -78,6 +79,15 @@ export interface Config {
   // Tunnel port defences (issue 15)
   readonly quicRetryThreshold: number
   readonly quicMaxHandshakesPerAddress: number
+  // Limits and timeouts (issue 14)
+  readonly httpUpstreamMaxConnections: number
+  readonly httpUpstreamMaxQueue: number
+  readonly trustedProxyCidrs: readonly string[]
+  readonly upstreamTlsSystemCa: boolean
+  readonly frontDoorMaxConnections: number
+  readonly httpKeepAliveTimeoutMs: number
+  readonly http2SessionIdleTimeoutMs: number
+  readonly tlsHandshakeTimeoutMs: number
 }
 
 /**
@@ -255,6 +265,21 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     }
   }
 
+  // Repeatable, and comma-separated (get() splits lists as clap's value_delimiter does).
+  const trustedValue = get('trusted-proxy-cidrs').value
+  const trustedProxyCidrs: readonly string[] = Array.isArray(trustedValue) ? trustedValue as readonly string[] : []
+  for (const cidr of trustedProxyCidrs) {
+    const parsedCidr = parseCidr(cidr)
+    if (!parsedCidr.ok) throw new ConfigError('invalid', 'trusted-proxy-cidrs', `invalid --trusted-proxy-cidrs: ${parsedCidr.message}`)
+  }
+
+  // Issue 14: --upstream-tls used to fall back silently to the system CA store, trusting any
+  // public certificate for a pod address; that is now asked for explicitly.
+  const upstreamTlsSystemCa = bool('upstream-tls-system-ca')
+  if (bool('upstream-tls') && !upstreamTlsSystemCa && emptyToNull(str('upstream-tls-cert-path')) === null && tlsCertPath === null) {
+    throw new ConfigError('invalid', 'upstream-tls', 'invalid --upstream-tls: no trust bundle for Stargate certificates; set --upstream-tls-cert-path (or --tls-cert-path, whose certificate is then trusted), or --upstream-tls-system-ca to trust the system CA store')
+  }
+
   const config: Config = {
     listenAddr,
     reverseTunnelListenAddr: parseListenAddress('reverse-tunnel-listen-addr', required('reverse-tunnel-listen-addr', str('reverse-tunnel-listen-addr'), 'give host:port')),
@@ -314,6 +339,15 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     // Tunnel port defences (issue 15)
     quicRetryThreshold: int('quic-retry-threshold', 1, 1_000_000) ?? 500,
     quicMaxHandshakesPerAddress: int('quic-max-handshakes-per-address', 1, 1_000_000) ?? 64,
+    // Limits and timeouts (issue 14)
+    httpUpstreamMaxConnections: int('http-upstream-max-connections', 1, 100_000) ?? 1024,
+    httpUpstreamMaxQueue: int('http-upstream-max-queue', 0, 1_000_000) ?? 1024,
+    trustedProxyCidrs,
+    upstreamTlsSystemCa,
+    frontDoorMaxConnections: int('front-door-max-connections', 1, 1_000_000) ?? 10000,
+    httpKeepAliveTimeoutMs: int('http-keep-alive-timeout-ms', 100, MAX_MS) ?? 75000,
+    http2SessionIdleTimeoutMs: int('http2-session-idle-timeout-ms', 100, MAX_MS) ?? 300000,
+    tlsHandshakeTimeoutMs: int('tls-handshake-timeout-ms', 100, MAX_MS) ?? 10000,
   }
   return { kind: 'config', config }
 }

@@ -78,7 +78,7 @@ export const FLAGS: readonly FlagSpec[] = [
 
   // LLM client HTTP forwarding
   flag('http-max-body-bytes', 'int', '33554432', 'largest LLM client request body (413 payload_too_large above it)'),
-  flag('http-headers-timeout-ms', 'int', '30000', 'time for a client to send request headers, and for a pod to start its response (504 upstream_timeout)'),
+  flag('http-headers-timeout-ms', 'int', '30000', 'time for a client to send a request head (and for a new connection to send its first bytes), and for a pod to start its response (504 upstream_timeout)'),
   flag('http-idle-timeout-ms', 'int', '300000', 'longest silence on a forwarded request or response body, e.g. between SSE tokens'),
   flag('http-request-timeout-ms', 'int', '0', 'total time a forwarded request may take; 0 means no limit (LLM streams are long)'),
   flag('http2-max-concurrent-streams', 'int', '1000', 'HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients of the front door'),
@@ -105,6 +105,16 @@ export const FLAGS: readonly FlagSpec[] = [
   flag('peer-check-interval-ms', 'int', '10000', 'how often each peer\'s /debug/snapshot is compared with ours'),
   flag('peer-check-timeout-ms', 'int', '2000', 'timeout of one peer snapshot check'),
   flag('peer-divergence-grace-ms', 'int', '30000', 'how long a peer\'s snapshot digest may differ from ours before it is reported divergent'),
+
+  // Limits and timeouts (issue 14)
+  flag('http-upstream-max-connections', 'int', '1024', 'most connections to one Stargate pod for LLM client requests'),
+  flag('http-upstream-max-queue', 'int', '1024', 'most LLM client requests waiting for a connection to one pod; beyond it 503 upstream_busy'),
+  flag('front-door-max-connections', 'int', '10000', 'most open TCP connections on the front door; more are closed at accept (see docs/configuration.md, memory bound)'),
+  flag('http-keep-alive-timeout-ms', 'int', '75000', 'front door: silence allowed on an HTTP/1.1 connection between requests (keep it above the idle timeout of a load balancer in front)'),
+  flag('http2-session-idle-timeout-ms', 'int', '300000', 'front door: an HTTP/2 connection with no open stream for this long gets GOAWAY'),
+  flag('tls-handshake-timeout-ms', 'int', '10000', 'front door: time for a client to complete the TLS handshake'),
+  flag('upstream-tls-system-ca', 'bool', 'false', 'with --upstream-tls, also trust the system CA store for Stargate certificates (without it a trust bundle is required)'),
+  flag('trusted-proxy-cidrs', 'list', undefined, 'repeatable or comma-separated: proxies (CIDR blocks or addresses) whose x-forwarded-for, forwarded and x-real-ip are believed; from other peers they are replaced'),
 
   // Logging
   flag('log-level', 'string', 'info', 'pino log level', { choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }),

@@ -10,6 +10,12 @@
  * Handlers are module-level functions that find their splice through a symbol on the stream,
  * so a stream costs no closures. Errors reach the Pylon as gRPC statuses; a lost upstream is
  * UNAVAILABLE (never INTERNAL) so that the Pylon re-registers.
+ *
+ * Every write of the pod's headers and trailers to the Pylon is guarded (issue 14): Node
+ * validates them again when they are re-sent (e.g. ERR_HTTP2_HEADER_SINGLE_VALUE for two
+ * content-type fields, which nghttp2 lets through), and a throw inside these event handlers
+ * would end the process and every Pylon's stream with it. Such a response ends that one stream
+ * with UNAVAILABLE `stargate target sent an invalid response`, counted as invalid_response.
  */
 import http2, { type ClientHttp2Stream, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { resolveAuthority } from '../routing/resolve.ts'
@@ -36,6 +42,8 @@ export interface RegistrationForwarderOptions {
 }
 
 const { NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM } = { NGHTTP2_CANCEL: http2.constants.NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM: 0x1 }
+
+export const INVALID_RESPONSE_MESSAGE = 'stargate target sent an invalid response'
 
 const kSplice = Symbol('splice')
 type Down = ServerHttp2Stream & { [kSplice]?: Splice }
@@ -106,8 +114,16 @@ function onDownWantTrailers (this: Down): void {
   const splice = this[kSplice]
   if (splice === undefined) return
   const trailers = splice.trailers
-  if (trailers !== null) this.sendTrailers(copyTrailers(trailers))
-  else this.sendTrailers({ 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': 'stargate target ended the stream without a status' })
+  if (trailers === null) {
+    this.sendTrailers({ 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': 'stargate target ended the stream without a status' })
+    return
+  }
+  try {
+    this.sendTrailers(copyTrailers(trailers))
+  } catch (err) {
+    splice.forwarder.noteInvalidResponse(splice, err as Error)
+    this.sendTrailers({ 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': INVALID_RESPONSE_MESSAGE })
+  }
 }
 
 // --- upstream (Stargate) events ------------------------------------------------------------
@@ -118,13 +134,16 @@ function onUpResponse (this: Up, _headers: IncomingHttpHeaders, flags: number, r
   const down = splice.down
   if (down.closed || down.destroyed || down.headersSent) return
   const headers = withoutConnectionHeaders(rawHeaders)
-  if ((flags & HTTP2_FLAG_END_STREAM) !== 0) {
+  const trailersOnly = (flags & HTTP2_FLAG_END_STREAM) !== 0
+  try {
     // Trailers-only response (a status without messages): pass it on as one HEADERS frame.
-    splice.outcome ??= 'forwarded'
-    down.respond(headers, { endStream: true })
+    down.respond(headers, trailersOnly ? { endStream: true } : { waitForTrailers: true })
+  } catch (err) {
+    splice.forwarder.noteInvalidResponse(splice, err as Error)
+    splice.forwarder.fail(splice, GrpcStatus.UNAVAILABLE, INVALID_RESPONSE_MESSAGE, 'invalid_response')
     return
   }
-  down.respond(headers, { waitForTrailers: true })
+  if (trailersOnly) splice.outcome ??= 'forwarded'
 }
 
 function onUpData (this: Up, chunk: Buffer): void {
@@ -245,6 +264,10 @@ export class RegistrationForwarder {
 
   #onUpstream (splice: Splice, err: UpstreamConnectError | null, up: Up | null): void {
     const down = splice.down
+    if (err?.code === 'invalid_request') {
+      this.fail(splice, GrpcStatus.INVALID_ARGUMENT, err.message, 'invalid_argument')
+      return
+    }
     if (err !== null || up === null) {
       const message = err?.message ?? 'failed to connect to stargate target'
       this.fail(splice, GrpcStatus.UNAVAILABLE, message, 'connect_error')
@@ -286,6 +309,12 @@ export class RegistrationForwarder {
       respondWithStatus(down, code, message)
     }
     if (outcome !== 'forwarded') this.#options.logger.debug({ target: splice.target.identity, outcome, message }, 'registration stream ended by the router')
+  }
+
+  /** A pod's headers or trailers could not be re-sent to the Pylon: logged and counted. */
+  noteInvalidResponse (splice: Splice, err: Error & { code?: string }): void {
+    splice.outcome = 'invalid_response'
+    this.#options.logger.warn({ target: splice.target.identity, err: err.code ?? err.message }, INVALID_RESPONSE_MESSAGE)
   }
 
   /** Called once per splice when the Pylon's stream closes. */

@@ -30,10 +30,13 @@ export interface UpstreamPoolOptions {
   readonly settings?: http2.Settings
 }
 
+/** invalid_request: Node refused the caller's headers (they cannot be sent as given). */
+export type UpstreamErrorCode = 'connect_timeout' | 'connect_failed' | 'invalid_request'
+
 export class UpstreamConnectError extends Error {
-  readonly code: 'connect_timeout' | 'connect_failed'
+  readonly code: UpstreamErrorCode
   readonly address: string
-  constructor (code: 'connect_timeout' | 'connect_failed', address: string, message: string, cause?: unknown) {
+  constructor (code: UpstreamErrorCode, address: string, message: string, cause?: unknown) {
     super(message, cause === undefined ? undefined : { cause })
     this.name = 'UpstreamConnectError'
     this.code = code
@@ -103,7 +106,14 @@ export class UpstreamPool {
       try {
         stream = pooled.session.request(headers, { endStream: false })
       } catch (cause) {
-        callback(new UpstreamConnectError('connect_failed', pooled.key, `failed to connect to stargate target: ${(cause as Error).message}`, cause), null)
+        // request() validates the header list before anything is sent: a Pylon's two
+        // content-type fields or a connection header are the request's fault, not the pod's.
+        const code = (cause as NodeJS.ErrnoException).code ?? ''
+        if (code.startsWith('ERR_HTTP2_') || code === 'ERR_INVALID_CHAR' || code === 'ERR_INVALID_HTTP_TOKEN') {
+          callback(new UpstreamConnectError('invalid_request', pooled.key, `registration request headers cannot be forwarded (${code})`, cause), null)
+        } else {
+          callback(new UpstreamConnectError('connect_failed', pooled.key, `failed to connect to stargate target: ${(cause as Error).message}`, cause), null)
+        }
         return
       }
       pooled.active++

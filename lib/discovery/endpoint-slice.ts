@@ -4,6 +4,7 @@
  */
 import { isIP } from 'node:net'
 import { formatHost, type PodTarget, type PortNames } from './types.ts'
+import { isRoutableIdentity } from '../routing/hostname-template.ts'
 
 /** Bounded label values of stargate_k8s_router_endpointslice_skipped_total. */
 export const SKIP_REASONS = [
@@ -14,6 +15,7 @@ export const SKIP_REASONS = [
   'invalid_port',
   'no_identity',
   'no_address',
+  'unroutable_name',
 ] as const
 export type SkipReason = typeof SKIP_REASONS[number]
 
@@ -101,6 +103,8 @@ export function parseEndpointSlice (raw: unknown, ports: PortNames): ParsedSlice
     if (endpoint === null) { skipped.push('malformed_slice'); continue }
     const identity = identityOf(endpoint)
     if (identity === null) { skipped.push('no_identity'); continue }
+    // A name no host can carry (a dot, over 63 characters) would be advertised but never routed.
+    if (!isRoutableIdentity(identity)) { skipped.push('unroutable_name'); continue }
     // Rule 4: the first address; it must be an address of the slice's family.
     const address = Array.isArray(endpoint.addresses) ? endpoint.addresses[0] : undefined
     if (typeof address !== 'string' || isIP(address) !== ipVersion) { skipped.push('no_address'); continue }

@@ -18,6 +18,7 @@ import { parse as parseYaml } from 'yaml'
 import { WatchedFile, type ReadFailure } from './watched-file.ts'
 import type { SnapshotStore } from './snapshot-store.ts'
 import { formatHost, type DiscoveryStatus, type PodTarget } from './types.ts'
+import { isRoutableIdentity } from '../routing/hostname-template.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
 
@@ -27,7 +28,6 @@ export type TargetsFileResult =
   | { readonly ok: true, readonly targets: readonly PodTarget[], readonly problems: readonly string[] }
   | { readonly ok: false, readonly error: string }
 
-const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/
 
 function port (value: unknown): number | null {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535 ? value : null
@@ -52,7 +52,7 @@ export function parseTargetsFile (text: string, defaultNamespace: string): Targe
     if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) { problems.push(`${where}: not an object`); return }
     const e = raw as Record<string, unknown>
     const identity = e.identity
-    if (typeof identity !== 'string' || !DNS_LABEL.test(identity)) { problems.push(`${where}: identity must be a pod name (lower-case DNS label)`); return }
+    if (typeof identity !== 'string' || !isRoutableIdentity(identity)) { problems.push(`${where}: identity must be a pod name (lower-case DNS label)`); return }
     if (seen.has(identity)) { problems.push(`${where}: duplicate identity ${identity}; the first entry is kept`); return }
     const address = e.address
     if (typeof address !== 'string' || isIP(address) === 0) { problems.push(`${where} (${identity}): address must be an IPv4 or IPv6 address`); return }

@@ -10,6 +10,13 @@
  * HTTP/2 streams with a gRPC content type go to the gRPC handler at the stream level (full
  * duplex, trailers); every other request, HTTP/1.1 or h2, goes to the HTTP handler as a Node
  * request/response pair. HTTP/2 limits and a rapid-reset guard apply to every session.
+ *
+ * Limits (SPEC §12, issue 14): a cap on open connections (closed at accept beyond it), a TLS
+ * handshake timeout, and the header, keep-alive and HTTP/2 idle timeouts of
+ * connection-deadlines.ts, which the inner servers cannot arm themselves. An accept error
+ * (EMFILE) is logged and counted; the listener keeps serving. close() ends within its deadline
+ * plus STATUS_FLUSH_MS whatever is open: it tracks every accepted socket itself, because the
+ * inner servers' closeAllConnections() knows none of them (they never listened).
  */
 import net, { type AddressInfo, type Socket } from 'node:net'
 import tls, { type TLSSocket } from 'node:tls'
@@ -20,6 +27,7 @@ import http2, {
 } from 'node:http2'
 import { GrpcStatus, isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
 import { DEFAULT_RAPID_RESET, RapidResetGuard, type RapidResetGuardOptions } from './http2-guard.ts'
+import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
 
 export type GrpcStreamHandler = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: readonly string[]) => void
@@ -37,6 +45,22 @@ export interface Http2Limits {
   readonly maxHeaderListSize: number
 }
 
+export interface ConnectionLimits extends ConnectionTimeouts {
+  /** Open TCP connections beyond which new ones are closed at accept. */
+  readonly maxConnections: number
+  readonly tlsHandshakeTimeoutMs: number
+}
+
+export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
+  maxConnections: 10_000,
+  headersTimeoutMs: 30_000,
+  keepAliveTimeoutMs: 75_000,
+  http2IdleTimeoutMs: 300_000,
+  tlsHandshakeTimeoutMs: 10_000,
+}
+
+export type TimeoutReason = DeadlineReason | 'tls_handshake_timeout'
+
 export interface FrontDoorOptions {
   readonly host: string
   readonly port: number
@@ -48,11 +72,19 @@ export interface FrontDoorOptions {
   readonly rapidReset?: RapidResetGuardOptions
   readonly onRapidReset?: () => void
   readonly onTlsError?: (err: Error) => void
+  readonly connections?: ConnectionLimits
+  /** A connection closed at accept: over the cap, or an accept error (with its code). */
+  readonly onRefused?: (reason: 'max_connections' | 'accept_error', code: string | null) => void
+  readonly onTimedOut?: (reason: TimeoutReason) => void
+  /** Open TCP connections, after each change. */
+  readonly onConnectionCount?: (count: number) => void
 }
 
-const CLASSIFY_TIMEOUT_MS = 10_000
 /** Between ending streams with a status at the drain deadline and cutting connections. */
-const STATUS_FLUSH_MS = 200
+export const STATUS_FLUSH_MS = 200
+/** An HTTP/2 session told GOAWAY for idleness is cut after this if it does not close. */
+const GOAWAY_GRACE_MS = 1000
+const HEADERS_TIMEOUT_RESPONSE = 'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n'
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')
 export const DEFAULT_LIMITS: Http2Limits = { maxConcurrentStreams: 1000, maxHeaderListSize: 16 * 1024 }
 
@@ -67,6 +99,28 @@ function ignoreStreamError (): void {
   // stream; without a listener Node would turn them into uncaught exceptions.
 }
 
+const kTracked = Symbol('tracked')
+type Tagged<T> = T & { [kTracked]?: { door: FrontDoor, connection: TrackedConnection } }
+
+/** HTTP/1.1 response done (finished or aborted): the connection may go idle. */
+function onH1ResponseClose (this: Tagged<ServerResponse>): void {
+  const tag = this[kTracked]
+  if (tag !== undefined) tag.door.h1RequestFinished(tag.connection)
+}
+
+function onH2StreamClose (this: Tagged<ServerHttp2Stream>): void {
+  const tag = this[kTracked]
+  if (tag !== undefined) tag.door.h2StreamClosed(tag.connection)
+}
+
+function destroySession (session: ServerHttp2Session): void {
+  if (!session.destroyed) session.destroy()
+}
+
+function destroySocket (socket: Socket): void {
+  if (!socket.destroyed) socket.destroy()
+}
+
 export class FrontDoor {
   readonly #options: FrontDoorOptions
   readonly #outer: net.Server | tls.Server
@@ -79,6 +133,14 @@ export class FrontDoor {
   #attaching: Socket | null = null
   readonly #maxHeaderListSize: number
   #closing: Promise<void> | null = null
+  /** Every accepted TCP socket (under TLS too), until it closes: what the cap counts. */
+  readonly #raw = new Set<Socket>()
+  readonly #deadlines: ConnectionDeadlines
+  readonly #tracked = new WeakMap<Socket, TrackedConnection>()
+  readonly #tags = new WeakMap<TrackedConnection, { door: FrontDoor, connection: TrackedConnection }>()
+  #draining = false
+  /** While closing: called as sockets close, to resolve once none is left. */
+  #onRawClosed: (() => void) | null = null
 
   constructor (options: FrontDoorOptions) {
     this.#options = options
@@ -102,8 +164,16 @@ export class FrontDoor {
       // session memory would refuse streams under load.
       maxSessionMemory: 64,
     })
+    const connections = options.connections ?? DEFAULT_CONNECTION_LIMITS
+    this.#deadlines = new ConnectionDeadlines({ timeouts: connections, onExpired: (connection, reason) => { this.#onExpired(connection, reason) } })
     this.#h2.on('session', (session) => {
       this.#sessions.add(session)
+      const attaching = this.#attaching
+      const tracked = attaching === null ? undefined : this.#tracked.get(attaching)
+      if (tracked !== undefined) {
+        tracked.session = session
+        ;(session as Tagged<ServerHttp2Session>)[kTracked] = this.#tagOf(tracked)
+      }
       // The session's own 'stream' event, not the server's: it carries the session even for
       // streams that were reset before the handler ran (rapid-reset guard).
       session.on('stream', (stream, headers, _flags, rawHeaders) => { this.#onStream(session, stream, headers, rawHeaders) })
@@ -111,7 +181,12 @@ export class FrontDoor {
       session.on('close', () => { this.#sessions.delete(session) })
       session.on('error', (err) => { options.logger.debug({ err: err.message }, 'front door http2 session error') })
     })
-    this.#h1 = http.createServer({ requestTimeout: 300_000, headersTimeout: 30_000, maxHeaderSize: limits.maxHeaderListSize }, (req, res) => { options.onHttpRequest(req, res) })
+    // Its header and request timeouts are never armed (see connection-deadlines.ts). Its
+    // keep-alive timer is (per response, 5 s by default): off, so --http-keep-alive-timeout-ms rules.
+    this.#h1 = http.createServer({ maxHeaderSize: limits.maxHeaderListSize, keepAliveTimeout: 0 }, (req, res) => { this.#onH1Request(req, res) })
+    // Without this listener Node answers 100 Continue before the request is routed; the HTTP
+    // handler sends it once the request may go ahead (refused ones never upload their body).
+    this.#h1.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { this.#onH1Request(req, res) })
     this.#h1.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
       if (socket.writable && !socket.destroyed) {
         const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request'
@@ -130,14 +205,22 @@ export class FrontDoor {
         requestCert: options.tls.requireClientCert,
         rejectUnauthorized: options.tls.requireClientCert,
         noDelay: true,
+        handshakeTimeout: connections.tlsHandshakeTimeoutMs,
       })
       server.on('secureConnection', (socket) => { this.#onSecureConnection(socket) })
-      server.on('tlsClientError', (err) => {
+      server.on('tlsClientError', (err: NodeJS.ErrnoException, socket: TLSSocket) => {
+        // With a listener Node leaves the socket to it: a handshake timeout alone closes nothing.
+        socket.destroy()
+        if (err.code === 'ERR_TLS_HANDSHAKE_TIMEOUT') options.onTimedOut?.('tls_handshake_timeout')
         options.onTlsError?.(err)
         options.logger.debug({ err: err.message }, 'front door tls handshake failed')
       })
       this.#outer = server
     }
+    // 'connection' is the raw TCP socket, before TLS: counted and kept for shutdown.
+    this.#outer.prependListener('connection', (socket: Socket) => { this.#onRawConnection(socket) })
+    this.#outer.maxConnections = connections.maxConnections
+    this.#outer.on('drop', () => { options.onRefused?.('max_connections', null) })
   }
 
   listen (): Promise<AddressInfo> {
@@ -145,6 +228,12 @@ export class FrontDoor {
       this.#outer.once('error', reject)
       this.#outer.listen(this.#options.port, this.#options.host, () => {
         this.#outer.off('error', reject)
+        // From now on an 'error' is an accept failure (EMFILE, ENFILE, ENOMEM): without a
+        // listener it would be an uncaught exception. The server keeps listening.
+        this.#outer.on('error', (err: NodeJS.ErrnoException) => {
+          this.#options.onRefused?.('accept_error', err.code ?? null)
+          this.#options.logger.warn({ code: err.code ?? err.message }, 'front door accept error')
+        })
         resolve(this.#outer.address() as AddressInfo)
       })
     })
@@ -156,6 +245,23 @@ export class FrontDoor {
 
   get sessionCount (): number {
     return this.#sessions.size
+  }
+
+  /** Open TCP connections (every protocol, handshaking ones too). */
+  get connectionCount (): number {
+    return this.#raw.size
+  }
+
+  /** @internal an HTTP/1.1 response of this connection is done. */
+  h1RequestFinished (connection: TrackedConnection): void {
+    this.#deadlines.requestFinished(connection)
+    // Draining: a connection goes once its last response is out (end: the response flushes).
+    if (this.#draining && connection.requests === 0 && !connection.socket.destroyed) connection.socket.end()
+  }
+
+  /** @internal an HTTP/2 stream of this connection closed. */
+  h2StreamClosed (connection: TrackedConnection): void {
+    this.#deadlines.streamClosed(connection)
   }
 
   /** New handshakes use these options; established connections are untouched. */
@@ -185,8 +291,10 @@ export class FrontDoor {
   }
 
   /**
-   * Graceful close: stop accepting, send GOAWAY so clients open no new streams, let open
-   * streams and requests finish until the deadline, then cut what is left. Idempotent.
+   * Graceful close: stop accepting, send GOAWAY so clients open no new streams, close HTTP/1.1
+   * connections that have no request in flight (idle, partial heads), let open streams and
+   * requests finish until the deadline, then cut what is left. Resolves once every connection
+   * is gone, and in any case STATUS_FLUSH_MS + 500 ms after the deadline. Idempotent.
    */
   close (deadlineMs: number, onDeadline?: () => void): Promise<void> {
     this.#closing ??= this.#close(deadlineMs, onDeadline)
@@ -194,31 +302,102 @@ export class FrontDoor {
   }
 
   async #close (deadlineMs: number, onDeadline?: () => void): Promise<void> {
-    const closed = new Promise<void>((resolve) => { this.#outer.close(() => { resolve() }) })
+    this.#draining = true
+    this.#outer.close()
     for (const session of this.#sessions) session.close()
-    this.#h1.closeIdleConnections()
+    for (const connection of this.#deadlines.connections()) {
+      if (connection.phase !== 'h1_active' && connection.phase !== 'h2') connection.socket.destroy()
+    }
+    let deadline: NodeJS.Timeout | null = null
     let cut: NodeJS.Timeout | null = null
-    const deadline = setTimeout(() => {
-      // Let owners end their streams with a proper status first, then cut what is left.
-      onDeadline?.()
-      cut = setTimeout(() => {
-        for (const session of this.#sessions) session.destroy()
-        this.#h1.closeAllConnections()
-        for (const socket of this.#tlsSockets) socket.destroy()
-      }, STATUS_FLUSH_MS)
-    }, deadlineMs)
-    const h1Done = new Promise<void>((resolve) => { this.#h1.close(() => { resolve() }) })
-    await Promise.all([closed, h1Done, this.#sessionsClosed()])
-    clearTimeout(deadline)
-    if (cut !== null) clearTimeout(cut)
+    let giveUp: NodeJS.Timeout | null = null
+    await new Promise<void>((resolve) => {
+      const check = (): void => { if (this.#raw.size === 0) resolve() }
+      this.#onRawClosed = check
+      check()
+      deadline = setTimeout(() => {
+        // Let owners end their streams with a proper status first, then cut what is left.
+        onDeadline?.()
+        cut = setTimeout(() => {
+          for (const session of this.#sessions) session.destroy()
+          for (const socket of this.#raw) socket.destroy()
+          // 'close' events follow destroy() within a tick or two; never wait on them for long.
+          giveUp = setTimeout(resolve, 500)
+        }, STATUS_FLUSH_MS)
+      }, deadlineMs)
+    })
+    this.#onRawClosed = null
+    for (const timer of [deadline, cut, giveUp]) if (timer !== null) clearTimeout(timer)
+    this.#deadlines.stop()
   }
 
-  async #sessionsClosed (): Promise<void> {
-    while (this.#sessions.size > 0) {
-      const [first] = this.#sessions
-      if (first === undefined) break
-      await new Promise<void>((resolve) => { first.once('close', () => { resolve() }) })
+  #onRawConnection (socket: Socket): void {
+    this.#raw.add(socket)
+    this.#options.onConnectionCount?.(this.#raw.size)
+    socket.once('close', () => {
+      this.#raw.delete(socket)
+      this.#options.onConnectionCount?.(this.#raw.size)
+      this.#onRawClosed?.()
+    })
+  }
+
+  /** Tracks the socket the HTTP servers read (the raw one, or the TLS one over it). */
+  #track (socket: Socket): TrackedConnection {
+    const connection = this.#deadlines.track(socket)
+    this.#tracked.set(socket, connection)
+    socket.once('close', () => { this.#deadlines.untrack(connection) })
+    return connection
+  }
+
+  /** One tag per connection, shared by its requests and streams (no allocation per request). */
+  #tagOf (connection: TrackedConnection): { door: FrontDoor, connection: TrackedConnection } {
+    let tag = this.#tags.get(connection)
+    if (tag === undefined) {
+      tag = { door: this, connection }
+      this.#tags.set(connection, tag)
     }
+    return tag
+  }
+
+  #onExpired (connection: TrackedConnection, reason: DeadlineReason): void {
+    this.#options.onTimedOut?.(reason)
+    const socket = connection.socket
+    switch (reason) {
+      case 'headers_timeout':
+        // What Node's own headersTimeout answers, then the connection goes.
+        if (connection.phase === 'h1_head' && socket.writable) socket.end(HEADERS_TIMEOUT_RESPONSE)
+        socket.destroySoon()
+        setTimeout(destroySocket, GOAWAY_GRACE_MS, socket).unref()
+        break
+      case 'keep_alive_timeout':
+        socket.destroy()
+        break
+      case 'http2_idle_timeout': {
+        const session = connection.session
+        if (session === null || session.destroyed) {
+          socket.destroy()
+          break
+        }
+        session.close() // GOAWAY; with no stream open it closes at once
+        setTimeout(destroySession, GOAWAY_GRACE_MS, session).unref()
+        break
+      }
+      default: {
+        const never: never = reason
+        throw new Error(`unknown timeout ${String(never)}`)
+      }
+    }
+  }
+
+  #onH1Request (req: IncomingMessage, res: ServerResponse): void {
+    const connection = this.#tracked.get(req.socket)
+    if (connection !== undefined) {
+      this.#deadlines.requestStarted(connection)
+      ;(res as Tagged<ServerResponse>)[kTracked] = this.#tagOf(connection)
+      res.once('close', onH1ResponseClose)
+    }
+    if (this.#draining) res.shouldKeepAlive = false
+    this.#options.onHttpRequest(req, res)
   }
 
   #attach (server: http2.Http2Server | http.Server, socket: Socket): void {
@@ -234,23 +413,33 @@ export class FrontDoor {
     this.#tlsSockets.add(socket)
     socket.on('close', () => { this.#tlsSockets.delete(socket) })
     socket.on('error', ignoreStreamError)
-    if (socket.alpnProtocol === 'h2') this.#attach(this.#h2, socket)
-    else this.#attach(this.#h1, socket)
+    if (this.#draining) {
+      socket.destroy()
+      return
+    }
+    const h2 = socket.alpnProtocol === 'h2'
+    this.#deadlines.classified(this.#track(socket), h2 ? 'h2' : 'h1')
+    this.#attach(h2 ? this.#h2 : this.#h1, socket)
   }
 
   #classify (socket: Socket): void {
     let seen: Buffer = Buffer.alloc(0)
-    // A connection that never says which protocol it speaks is not kept.
-    socket.setTimeout(CLASSIFY_TIMEOUT_MS, () => { socket.destroy() })
+    // A connection that never says which protocol it speaks is not kept: the headers timeout
+    // runs from accept (phase 'classify').
+    const connection = this.#track(socket)
     const onData = (chunk: Buffer): void => {
       seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk])
       const n = Math.min(seen.length, H2_PREFACE.length)
       const h2 = seen.subarray(0, n).equals(H2_PREFACE.subarray(0, n))
       if (h2 && seen.length < H2_PREFACE.length) return // could still be either; wait for more
       socket.off('data', onData)
-      socket.setTimeout(0)
       socket.pause()
       socket.unshift(seen)
+      if (this.#draining) {
+        socket.destroy()
+        return
+      }
+      this.#deadlines.classified(connection, h2 ? 'h2' : 'h1')
       if (h2) {
         // Left paused: the HTTP/2 session reads the buffered bytes itself on the next tick.
         this.#attach(this.#h2, socket)
@@ -267,6 +456,12 @@ export class FrontDoor {
     stream.on('error', ignoreStreamError)
     this.#guard.onStream(session, stream)
     if (stream.destroyed) return // reset by the client before we saw it
+    const tag = (session as Tagged<ServerHttp2Session>)[kTracked]
+    if (tag !== undefined) {
+      this.#deadlines.streamOpened(tag.connection)
+      ;(stream as Tagged<ServerHttp2Stream>)[kTracked] = tag
+      stream.once('close', onH2StreamClose)
+    }
     const grpc = isGrpcContentType(headers['content-type'])
     // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but does not enforce it; RFC 7541 §4.1 size.
     if (headerListSize(rawHeaders) > this.#maxHeaderListSize) {

@@ -1,9 +1,28 @@
-/** The health listener (SPEC §9): /livez, /readyz, /metrics, /debug/snapshot. Plain HTTP. */
+/**
+ * The health listener (SPEC §9): /livez, /readyz, /metrics, /debug/snapshot. Plain HTTP.
+ *
+ * Limits (SPEC §12, issue 14): it is scraped and probed by a few clients, so a slow or hostile
+ * one gets short header, request and idle timeouts, and connections beyond a small cap are
+ * dropped at accept; an accept error (EMFILE) is logged and counted, never thrown.
+ */
 import Fastify, { type FastifyInstance } from 'fastify'
 import type { AddressInfo } from 'node:net'
 import type { Registry } from 'prom-client'
 import type { DiscoveryStatus, SnapshotReader } from '../discovery/types.ts'
 import type { Readiness } from './readiness.ts'
+import type { Logger } from '../log.ts'
+
+export interface HealthLimits {
+  /** Time to receive a request head. */
+  readonly headersTimeoutMs: number
+  /** Time to receive a whole request. */
+  readonly requestTimeoutMs: number
+  /** Silence on a connection between requests. */
+  readonly keepAliveTimeoutMs: number
+  readonly maxConnections: number
+}
+
+export const DEFAULT_HEALTH_LIMITS: HealthLimits = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 5000, maxConnections: 256 }
 
 export interface HealthServerOptions {
   readonly host: string
@@ -14,6 +33,10 @@ export interface HealthServerOptions {
   readonly discovery: DiscoveryStatus
   /** Extra debug routes, e.g. /debug/peers, added by optional features. */
   readonly debugRoutes?: ReadonlyArray<{ path: string, handler: () => unknown }>
+  readonly limits?: HealthLimits
+  /** A connection dropped at the cap, or an accept error (its code). */
+  readonly onRefused?: (reason: 'max_connections' | 'accept_error', code: string | null) => void
+  readonly logger?: Logger
 }
 
 export class HealthServer {
@@ -22,7 +45,16 @@ export class HealthServer {
 
   constructor (options: HealthServerOptions) {
     this.#options = options
-    const app = Fastify({ logger: false, keepAliveTimeout: 5000 })
+    const limits = options.limits ?? DEFAULT_HEALTH_LIMITS
+    const app = Fastify({
+      logger: false,
+      keepAliveTimeout: limits.keepAliveTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      // Node checks header and request deadlines on this interval (30 s by default).
+      http: { headersTimeout: limits.headersTimeoutMs, connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(limits.headersTimeoutMs / 2))) },
+    })
+    app.server.maxConnections = limits.maxConnections
+    app.server.on('drop', () => { options.onRefused?.('max_connections', null) })
     app.get('/livez', async (_req, reply) => reply.type('text/plain').send('ok\n'))
     app.get('/readyz', async (_req, reply) => {
       const reason = options.readiness.check()
@@ -49,7 +81,18 @@ export class HealthServer {
 
   async listen (): Promise<AddressInfo> {
     await this.#app.listen({ host: this.#options.host, port: this.#options.port })
+    // Fastify drops its own 'error' listener once listening; an accept error (EMFILE) would
+    // then be an uncaught exception. The listener keeps serving once descriptors free up.
+    this.#app.server.on('error', (err: NodeJS.ErrnoException) => {
+      this.#options.onRefused?.('accept_error', err.code ?? null)
+      this.#options.logger?.warn({ code: err.code ?? err.message }, 'health listener accept error')
+    })
     return this.#app.server.address() as AddressInfo
+  }
+
+  /** Open connections (what the cap counts). */
+  connectionCount (): Promise<number> {
+    return new Promise((resolve) => { this.#app.server.getConnections((err, count) => { resolve(err === null ? count : 0) }) })
   }
 
   close (): Promise<void> {

@@ -12,6 +12,11 @@ export const HTTP_ERRORS = {
   payload_too_large: { status: 413, message: 'request body is larger than the router accepts' },
   headers_too_large: { status: 431, message: 'request headers are larger than the router accepts' },
   bad_request: { status: 400, message: 'malformed request' },
+  // Limits and hostile peers (issue 14)
+  upstream_busy: { status: 503, message: 'the stargate has too many requests queued; retry later' },
+  upstream_invalid_response: { status: 502, message: 'the stargate sent a response the router cannot forward' },
+  host_mismatch: { status: 400, message: 'the host header and the request target name different hosts' },
+  request_timeout: { status: 408, message: 'the request body stopped arriving for longer than the router waits' },
 } as const
 
 export type HttpErrorCode = keyof typeof HTTP_ERRORS

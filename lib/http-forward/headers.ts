@@ -3,6 +3,11 @@
  * the fields a Connection header names are dropped in both directions; the upstream request
  * gets x-forwarded-for/-proto/-host and x-request-id. Works on flat raw header lists
  * ([name, value, name, value, ...]) so duplicates and order survive.
+ *
+ * Forwarding fields (issue 14): from a peer outside --trusted-proxy-cidrs, a client's own
+ * x-forwarded-*, forwarded and x-real-ip are dropped and x-forwarded-* are the router's; from a
+ * trusted proxy, x-forwarded-for is appended to and the rest pass as the proxy set them.
+ * `expect` is answered by the router itself (100 Continue), so it is not forwarded.
  */
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings'])
@@ -35,33 +40,47 @@ export interface ForwardedFor {
   readonly proto: 'http' | 'https'
   readonly host: string
   readonly requestId: string
+  /** The peer is a trusted proxy: its forwarding fields are kept (x-forwarded-for appended to). */
+  readonly trusted: boolean
 }
 
+/** Fields a client outside the trusted proxies may not set (they claim who the client is). */
+const CLIENT_CLAIMS = new Set(['forwarded', 'x-real-ip'])
+
 /**
- * The header list for the upstream request: the client's fields minus hop-by-hop ones and
- * pseudo-headers, `host` kept (from :authority for HTTP/2 clients), x-forwarded-* appended to
- * what earlier proxies set, x-request-id set.
+ * The header list for the upstream request: the client's fields minus hop-by-hop ones,
+ * pseudo-headers and `expect`, `host` kept (from :authority for HTTP/2 clients), forwarding
+ * fields as the module comment says, x-request-id set.
  */
 export function upstreamRequestHeaders (raw: readonly string[], forwarded: ForwardedFor): string[] {
   const listed = connectionListed(raw)
   const out: string[] = []
+  const trusted = forwarded.trusted
   let priorFor: string | null = null
+  let priorProto: string | null = null
+  let priorHost: string | null = null
   let sawHost = false
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i] as string
     if (name.charCodeAt(0) === 58 /* : */) continue
     const lower = name.toLowerCase()
-    if (HOP_BY_HOP.has(lower) || (listed !== null && listed.has(lower))) continue
-    if (lower === 'x-forwarded-for') { priorFor = priorFor === null ? raw[i + 1] as string : `${priorFor}, ${raw[i + 1] as string}`; continue }
-    if (lower === 'x-forwarded-proto' || lower === 'x-forwarded-host' || lower === 'x-request-id') continue
+    if (HOP_BY_HOP.has(lower) || (listed !== null && listed.has(lower)) || lower === 'expect' || lower === 'x-request-id') continue
+    const value = raw[i + 1] as string
+    if (lower === 'x-forwarded-for') {
+      if (trusted) priorFor = priorFor === null ? value : `${priorFor}, ${value}`
+      continue
+    }
+    if (lower === 'x-forwarded-proto') { if (trusted) priorProto ??= value; continue }
+    if (lower === 'x-forwarded-host') { if (trusted) priorHost ??= value; continue }
+    if (!trusted && CLIENT_CLAIMS.has(lower)) continue
     if (lower === 'host') sawHost = true
-    out.push(name, raw[i + 1] as string)
+    out.push(name, value)
   }
   if (!sawHost && forwarded.host !== '') out.push('host', forwarded.host)
   out.push(
     'x-forwarded-for', priorFor === null ? forwarded.clientAddress : `${priorFor}, ${forwarded.clientAddress}`,
-    'x-forwarded-proto', forwarded.proto,
-    'x-forwarded-host', forwarded.host,
+    'x-forwarded-proto', priorProto ?? forwarded.proto,
+    'x-forwarded-host', priorHost ?? forwarded.host,
     'x-request-id', forwarded.requestId,
   )
   return out

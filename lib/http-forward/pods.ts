@@ -28,6 +28,8 @@ export interface HttpPodsOptions {
   readonly serverName: (target: PodTarget) => string
   /** Grace for requests still running on a closed pool before it is destroyed. */
   readonly closeGraceMs: number
+  /** Connections per pod (undici queues requests beyond them; the forwarder bounds that queue). */
+  readonly maxConnectionsPerPod: number
   readonly random?: () => number
 }
 
@@ -106,7 +108,7 @@ export class HttpPods {
     const tls = this.#options.tls?.() ?? null
     const origin = `${tls === null ? 'http' : 'https'}://${target.host}:${httpPort}`
     const pool = new Pool(origin, {
-      connections: null,
+      connections: this.#options.maxConnectionsPerPod,
       pipelining: 1,
       keepAliveTimeout: this.#options.keepAliveTimeoutMs ?? 30_000,
       connect: tls === null

@@ -10,6 +10,7 @@ import { createTlsMetrics, type TlsMetrics } from '../tls/metrics.ts'
 import { createPeerMetrics, type PeerMetrics } from '../discovery/peer-metrics.ts'
 import { createWebTransportMetrics, type WebTransportMetrics } from '../tunnel/webtransport-metrics.ts'
 import { createRawQuicMetrics, type RawQuicMetrics } from '../tunnel/raw-quic-metrics.ts'
+import { createLimitMetrics, type LimitMetrics } from './limits-metrics.ts'
 
 export const PREFIX = 'stargate_k8s_router_'
 
@@ -17,6 +18,8 @@ export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly registry: Registry
   readonly webtransport: WebTransportMetrics
   readonly quic: RawQuicMetrics
+  /** Listener caps and timeouts (issue 14). */
+  readonly limits: LimitMetrics
   readonly discoveryWatchRestarts: Counter
   readonly discoverySnapshotAge: Gauge
   readonly discoveryTargets: Gauge
@@ -52,6 +55,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     ...createPeerMetrics(registry),
     webtransport: createWebTransportMetrics(registry),
     quic: createRawQuicMetrics(registry),
+    limits: createLimitMetrics(registry),
     discoveryWatchRestarts: new Counter({
       name: PREFIX + 'discovery_watch_restarts_total',
       help: 'EndpointSlice list/watch restarts after an error (the informer stops on any non-410 error)',
@@ -119,7 +123,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     }),
     registrationStreamsClosed: new Counter({
       name: PREFIX + 'registration_streams_closed_total',
-      help: 'RegisterInferenceServer streams ended, by outcome (forwarded, invalid_argument, target_unavailable, connect_error, upstream_reset, drained)',
+      help: 'RegisterInferenceServer streams ended, by outcome (forwarded, invalid_argument, target_unavailable, connect_error, upstream_reset, drained, invalid_response: the pod sent headers or trailers that cannot be forwarded)',
       labelNames: ['outcome'] as const,
       registers,
     }),

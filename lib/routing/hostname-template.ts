@@ -18,6 +18,19 @@ export type CompileResult =
   | { readonly ok: true, readonly template: HostnameTemplate }
   | { readonly ok: false, readonly message: string }
 
+/**
+ * Whether a pod name can be routed at all (issue 14, SPEC §1 and §4): match() takes the
+ * identity from exactly one DNS label of the host, so a pod name with a dot (legal for a
+ * Deployment's pods: they are DNS subdomains) or longer than a label's 63 characters renders a
+ * host that never matches back. Such a pod is not a target, so it is never advertised: an
+ * advertised identity must be one the router can route.
+ */
+export function isRoutableIdentity (podName: string): boolean {
+  return DNS_LABEL.test(podName)
+}
+
+const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/
+
 const POD = '{pod_name}'
 const NAMESPACE = '{namespace}'
 

@@ -13,9 +13,15 @@
  * generation directory, then check that `..data` still resolves the same; if it moved, or a file
  * vanished (ENOENT: the generation was deleted under us), start again, a bounded number of times.
  * Plain files (no `..data` beside them) are read as they are.
+ *
+ * Only regular files inside the mount are read (issue 14): each file is lstat'ed, a symlink is
+ * followed only when its target stays inside the mount directory, `..data` must name an entry
+ * of the directory, and FIFOs, sockets and devices are refused without blocking on them (see
+ * readCapped), so a hostile or broken volume cannot hang a reload or shutdown, or make the
+ * router read /dev/zero or a file outside the Secret.
  */
-import { lstat, readlink, stat } from 'node:fs/promises'
-import { basename, dirname, join, resolve } from 'node:path'
+import { lstat, readlink, realpath, stat } from 'node:fs/promises'
+import { basename, dirname, join, resolve, sep } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { readCapped } from '../discovery/watched-file.ts'
 import { fingerprintOf } from './validate.ts'
@@ -78,7 +84,9 @@ async function readOnce (paths: readonly string[], attempt: number, options: Rea
     const dir = dirname(path)
     const generation = resolved.get(dir) ?? null
     const through = generation === null ? path : join(resolve(dir, generation), basename(path))
-    const read = await readCapped(through, maxBytes)
+    const confined = await confine(through, dir)
+    if (!confined.ok) return { kind: 'done', result: { ok: false, reason: 'unreadable', detail: confined.detail.replace(through, path) } }
+    const read = await readCapped(confined.path, maxBytes, { noFollow: true })
     if (!read.ok) {
       if (generation !== null) {
         if (await resolveData(dir) !== generation) return { kind: 'retry', detail: `${dir}/..data moved while ${path} was read` }
@@ -111,12 +119,42 @@ async function resolveData (dir: string): Promise<string | null | Attempt> {
   try {
     const info = await lstat(link)
     if (!info.isSymbolicLink()) return null
-    return await readlink(link)
+    const target = await readlink(link)
+    // kubelet's atomic writer points it at a sibling generation directory, by name.
+    if (target === '' || target === '.' || target === '..' || target.includes(sep)) {
+      return { kind: 'done', result: { ok: false, reason: 'unreadable', detail: `${link} points outside the mount directory (${target})` } }
+    }
+    return target
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code
     if (code === 'ENOENT') return null
     return { kind: 'done', result: { ok: false, reason: 'unreadable', detail: `${link}: ${code ?? (err as Error).message}` } }
   }
+}
+
+/**
+ * The path to open: the file itself, or a symlink's target when it stays inside the mount
+ * directory. A missing file passes (the read reports it, with the retry rules above).
+ */
+async function confine (path: string, dir: string): Promise<{ ok: true, path: string } | { ok: false, detail: string }> {
+  let info
+  try {
+    info = await lstat(path)
+  } catch {
+    return { ok: true, path }
+  }
+  if (!info.isSymbolicLink()) return { ok: true, path }
+  let target: string
+  let mount: string
+  try {
+    target = await realpath(path)
+    mount = await realpath(dir)
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code
+    return code === 'ENOENT' ? { ok: true, path } : { ok: false, detail: `${path}: ${code ?? (err as Error).message}` }
+  }
+  if (!target.startsWith(mount + sep)) return { ok: false, detail: `${path} is a symlink leaving its mount directory ${dir}` }
+  return { ok: true, path: target }
 }
 
 async function isDirectory (path: string): Promise<boolean> {

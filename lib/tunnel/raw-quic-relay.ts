@@ -31,7 +31,6 @@ import type { SnapshotReader } from '../discovery/types.ts'
 import type { TargetSnapshot } from '../discovery/types.ts'
 import type { TrustBundle } from '../tls/types.ts'
 import { verifiesAgainst } from '../tls/client-cert.ts'
-import { RateLimitedLog } from '../rate-limited-log.ts'
 import { handshakeFailure } from '../quic/handshake-failure.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { resolveSni } from '../routing/resolve.ts'
@@ -73,9 +72,8 @@ export interface RawQuicRelayOptions {
   /** How long a tunnel outlives its pod leaving the ready set. */
   readonly drainGraceMs: number
   readonly metrics: RawQuicMetrics
+  /** Its refusal lines are rate-limited per reason by the logger (lib/log.ts). */
   readonly logger: Logger
-  /** Clock of the failure log limiter (tests). */
-  readonly now?: () => number
 }
 
 type Leg = 'client' | 'upstream'
@@ -115,13 +113,11 @@ export class RawQuicRelay {
   readonly #ended = { clientToStargate: 0, stargateToClient: 0 }
   /** Relayed tunnels by pod identity (drain when the pod leaves the ready set). */
   readonly #byIdentity = new Map<string, Set<Tunnel>>()
-  readonly #failureLog: RateLimitedLog
   readonly #unsubscribe: () => void
   #accepting = true
 
   constructor (options: RawQuicRelayOptions) {
     this.#options = options
-    this.#failureLog = new RateLimitedLog(60_000, options.now ?? Date.now)
     options.metrics.setRelayedBytesSource(() => this.relayedBytes())
     this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
   }
@@ -419,12 +415,10 @@ export class RawQuicRelay {
     this.#end(tunnel, outcome, `${leg} ${info.kind}: ${info.reasonText === '' ? `code ${info.code}` : info.reasonText}`)
   }
 
-  /** Counts a refused or failed handshake and logs it, once per reason per minute. */
+  /** Counts a refused or failed handshake and logs it (the logger rate-limits it per reason). */
   #failed (reason: HandshakeFailureLabel, fields: Record<string, unknown>): void {
     this.#options.metrics.quicHandshakeFailures.labels(reason).inc()
-    const suppressed = this.#failureLog.take(reason)
-    if (suppressed === null) return
-    this.#options.logger.warn({ reason, ...fields, suppressed }, 'raw quic handshake refused')
+    this.#options.logger.warn({ reason, ...fields }, 'raw quic handshake refused')
   }
 
   #onSnapshot (snapshot: TargetSnapshot): void {

@@ -55,6 +55,9 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'tunnel-protocol': 'webtransport',
   'quic-retry': true,
   'quic-max-connections': 20000,
+  // Tunnel port defences (issue 15)
+  'quic-retry-threshold': 250,
+  'quic-max-handshakes-per-address': 16,
   'http-max-body-bytes': 67108864,
   'http-headers-timeout-ms': 20000,
   'http-idle-timeout-ms': 120000,
@@ -74,6 +77,15 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'peer-divergence-grace-ms': 60000,
   'log-level': 'debug',
   'log-format': 'pretty',
+  // Limits and timeouts (issue 14)
+  'http-upstream-max-connections': 256,
+  'http-upstream-max-queue': 64,
+  'upstream-tls-system-ca': true,
+  'front-door-max-connections': 20000,
+  'http-keep-alive-timeout-ms': 120000,
+  'http2-session-idle-timeout-ms': 600000,
+  'tls-handshake-timeout-ms': 5000,
+  'trusted-proxy-cidrs': ['10.0.0.0/8', 'fd00::/8'],
 }
 
 /** Config field of a flag: camelCase of its name, except where the field is a plural. */
@@ -162,6 +174,7 @@ if (renderer !== null) {
     t.match(await renderer.helmTemplateError({ config: { 'listen-adress': '0.0.0.0:1' } }), /listen-adress/)
     t.match(await renderer.helmTemplateError({ config: { 'tunnel-protocol': 'quic' } }), /tunnel-protocol/)
     t.match(await renderer.helmTemplateError({ tls: { clientCa: { secretName: 'pylon-ca' } } }), /tls.clientCa needs tls.serverIdentity/)
+    t.match(await renderer.helmTemplateError({ config: { 'upstream-tls': true } }), /config.upstream-tls needs a trust bundle/, 'issue 14: no silent fallback to the system CA store')
     t.match(await renderer.helmTemplateError({ peerDiscovery: { enabled: true }, config: { 'peers-file': '/etc/peers.yaml' } }), /config.peers-file is for runs without Kubernetes/)
     t.match(await renderer.helmTemplateError({ tls: { frontDoor: { enabled: true } } }), /tls.frontDoor.enabled needs tls.serverIdentity.secretName/)
     t.match(await renderer.helmTemplateError({ config: { 'front-door-tls': true } }), /config.*front-door-tls/)

@@ -47,7 +47,7 @@ t.test('headers: hop-by-hop removed, x-forwarded-* and x-request-id set, the res
   t.equal(seen.headers.authorization, 'Bearer sk-test', 'end-to-end fields pass')
   t.equal(seen.headers['x-custom'], 'kept')
   t.equal(seen.headers.host, host, 'Host is preserved')
-  t.equal(seen.headers['x-forwarded-for'], '203.0.113.7, 127.0.0.1', 'the client address is appended')
+  t.equal(seen.headers['x-forwarded-for'], '127.0.0.1', 'the client address replaces an untrusted peer\'s claim (issue 14: appended only for --trusted-proxy-cidrs)')
   t.equal(seen.headers['x-forwarded-proto'], 'http')
   t.equal(seen.headers['x-forwarded-host'], host)
   t.match(seen.headers['x-request-id'], /^[0-9a-f-]{36}$/, 'a request id is generated')

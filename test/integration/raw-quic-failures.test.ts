@@ -18,16 +18,17 @@ import { waitFor } from '../fixtures/wait.ts'
 const skip = await quinnPeerSkip(t)
 const FAILURES = 'stargate_k8s_router_quic_handshake_failures_total'
 
-t.test('refusals and handshake failures are counted by reason and logged once per reason per minute', { skip }, async (t) => {
+t.test('refusals and handshake failures are counted by reason and logged, rate-limited per reason', { skip }, async (t) => {
   const cluster = await QuicCluster.start(t, { pods: ['stargate-0'], subnet: '127.0.96', args: ['--connect-timeout-ms', '800'] })
-  // Three unknown SNIs: three counts, one log line.
+  // Three unknown SNIs: three counts and three lines, within the logger's per-reason burst
+  // (lib/log.ts; the limit itself is tested in test/unit/log-guards.test.ts).
   for (let i = 0; i < 3; i++) {
     const pylon = await cluster.dial(null, { serverName: `nobody-${i}.example.com`, caPem: null })
     await pylon.closedWith()
   }
   t.equal(await cluster.kube.metric(FAILURES, { reason: 'unknown_sni' }), 3, 'three unknown SNIs counted')
   const unknown = cluster.kube.logs.lines().filter((l) => l.msg === 'raw quic handshake refused' && l.reason === 'unknown_sni')
-  t.equal(unknown.length, 1, 'logged once in the minute')
+  t.same(unknown.map((l) => l.sni), ['nobody-0.example.com', 'nobody-1.example.com', 'nobody-2.example.com'], 'each logged with its SNI')
   t.match(unknown[0], { sni: 'nobody-0.example.com', remote: '127.0.0.1', alpn: [] })
 
   // A Pylon that does not trust the router's certificate refuses it. One that sends its TLS

@@ -72,6 +72,15 @@ const DEFAULTS: Config = {
   // Tunnel port defences (issue 15)
   quicRetryThreshold: 500,
   quicMaxHandshakesPerAddress: 64,
+  // Limits and timeouts (issue 14)
+  httpUpstreamMaxConnections: 1024,
+  httpUpstreamMaxQueue: 1024,
+  trustedProxyCidrs: [],
+  upstreamTlsSystemCa: false,
+  frontDoorMaxConnections: 10000,
+  httpKeepAliveTimeoutMs: 75000,
+  http2SessionIdleTimeoutMs: 300000,
+  tlsHandshakeTimeoutMs: 10000,
 }
 
 t.test('with only the namespace and the dial URI, every setting has the documented default', async (t) => {
@@ -131,7 +140,7 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
     expect: { clientCaPath: '/ca/ca.crt', tlsCertPath: '/tls/tls.crt', tlsKeyPath: '/tls/tls.key' },
     needs: ['--tls-cert-path', '/tls/tls.crt', '--tls-key-path', '/tls/tls.key'],
   },
-  'upstream-tls': { value: 'true', expect: { upstreamTls: true } },
+  'upstream-tls': { value: 'true', expect: { upstreamTls: true, upstreamTlsCertPath: '/up/ca.crt' }, needs: ['--upstream-tls-cert-path', '/up/ca.crt'] },
   'upstream-tls-cert-path': { value: '/up/ca.crt', expect: { upstreamTlsCertPath: '/up/ca.crt' } },
   'quic-insecure': { value: 'true', expect: { quicInsecure: true } },
   'tls-poll-interval-ms': { value: '1000', expect: { tlsPollIntervalMs: 1000 } },
@@ -149,6 +158,15 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   // Tunnel port defences (issue 15)
   'quic-retry-threshold': { value: '50', expect: { quicRetryThreshold: 50 } },
   'quic-max-handshakes-per-address': { value: '8', expect: { quicMaxHandshakesPerAddress: 8 } },
+  // Limits and timeouts (issue 14)
+  'http-upstream-max-connections': { value: '8', expect: { httpUpstreamMaxConnections: 8 } },
+  'http-upstream-max-queue': { value: '0', expect: { httpUpstreamMaxQueue: 0 } },
+  'trusted-proxy-cidrs': { value: '10.0.0.0/8', expect: { trustedProxyCidrs: ['10.0.0.0/8'] } },
+  'upstream-tls-system-ca': { value: 'true', expect: { upstreamTlsSystemCa: true } },
+  'front-door-max-connections': { value: '500', expect: { frontDoorMaxConnections: 500 } },
+  'http-keep-alive-timeout-ms': { value: '5000', expect: { httpKeepAliveTimeoutMs: 5000 } },
+  'http2-session-idle-timeout-ms': { value: '60000', expect: { http2SessionIdleTimeoutMs: 60000 } },
+  'tls-handshake-timeout-ms': { value: '3000', expect: { tlsHandshakeTimeoutMs: 3000 } },
 }
 
 t.test('every flag in the table has a sample value in this test', async (t) => {
@@ -262,7 +280,7 @@ t.test('boolean environment variables accept true/false, 1/0 and yes/no in any c
   ]
   for (const [value, want] of cases) {
     t.equal(configOf([], { ...REQUIRED, STARGATE_QUIC_INSECURE: value }).quicInsecure, want, `STARGATE_QUIC_INSECURE=${value}`)
-    t.equal(configOf([], { ...REQUIRED, STARGATE_UPSTREAM_TLS: value }).upstreamTls, want, `STARGATE_UPSTREAM_TLS=${value}`)
+    t.equal(configOf([], { ...REQUIRED, STARGATE_UPSTREAM_TLS: value, STARGATE_UPSTREAM_TLS_SYSTEM_CA: 'true' }).upstreamTls, want, `STARGATE_UPSTREAM_TLS=${value}`)
   }
 })
 

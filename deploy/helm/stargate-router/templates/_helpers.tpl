@@ -170,6 +170,9 @@ terminationGracePeriodSeconds follows the drain: the preStop sleep, then the dra
 {{- if include "stargate-router.caSourceSet" .Values.tls.upstreamTrust }}
 - {{ printf "--upstream-tls-cert-path=%s/upstream-trust/%s" $tlsDir .Values.tls.upstreamTrust.key | quote }}
 {{- end }}
+{{- if and (index .Values.config "upstream-tls") (not (include "stargate-router.caSourceSet" .Values.tls.upstreamTrust)) (not .Values.tls.serverIdentity.secretName) (not (index .Values.config "upstream-tls-system-ca")) }}
+{{- fail "config.upstream-tls needs a trust bundle for Stargate certificates: set tls.upstreamTrust (or tls.serverIdentity, whose certificate is then trusted), or config.upstream-tls-system-ca to trust the system CA store" }}
+{{- end }}
 {{- if include "stargate-router.caSourceSet" .Values.tls.clientCa }}
 {{- if not .Values.tls.serverIdentity.secretName }}
 {{- fail "tls.clientCa needs tls.serverIdentity.secretName: client certificates are verified during the router's own TLS handshake" }}

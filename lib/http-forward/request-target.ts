@@ -1,0 +1,46 @@
+/**
+ * Which host a request names, and the path to send upstream (issue 14). A request that names
+ * two different hosts is refused (400 host_mismatch) rather than routed by one and seen by the
+ * pod as the other, which is how requests are smuggled past host-based routing:
+ *
+ * - HTTP/2: a `host` header that differs from `:authority` (RFC 9113 §8.3.1 calls the request
+ *   malformed);
+ * - HTTP/1.1: an absolute-form request-target (`GET http://other/x`, RFC 9112 §3.2.2) whose
+ *   authority differs from the Host header. When they agree the request goes upstream in
+ *   origin-form, as pods expect.
+ */
+
+export type RequestTarget =
+  | { readonly ok: true, readonly host: string | undefined, readonly path: string }
+  | { readonly ok: false }
+
+function sameHost (a: string, b: string): boolean {
+  return a.length === b.length && a.toLowerCase() === b.toLowerCase()
+}
+
+/** Length of a leading `http://` or `https://` (case-insensitive), else 0. */
+function schemeLength (url: string): number {
+  if (url.length < 8 || (url.charCodeAt(0) | 0x20) !== 0x68 /* h */) return 0
+  const lower = url.slice(0, 8).toLowerCase()
+  if (lower === 'https://') return 8
+  if (lower.startsWith('http://')) return 7
+  return 0
+}
+
+export function resolveRequestTarget (h2: boolean, url: string, hostHeader: string | undefined, authority: string | undefined): RequestTarget {
+  if (h2) {
+    if (authority !== undefined && hostHeader !== undefined && !sameHost(authority, hostHeader)) return { ok: false }
+    return { ok: true, host: authority ?? hostHeader, path: url }
+  }
+  const scheme = schemeLength(url)
+  if (scheme === 0) return { ok: true, host: hostHeader, path: url }
+  let end = url.length
+  for (let i = scheme; i < url.length; i++) {
+    const c = url.charCodeAt(i)
+    if (c === 0x2f /* / */ || c === 0x3f /* ? */ || c === 0x23 /* # */) { end = i; break }
+  }
+  const target = url.slice(scheme, end)
+  if (target === '' || (hostHeader !== undefined && !sameHost(target, hostHeader))) return { ok: false }
+  const rest = url.slice(end)
+  return { ok: true, host: target, path: rest === '' || rest.charCodeAt(0) !== 0x2f ? `/${rest}` : rest }
+}

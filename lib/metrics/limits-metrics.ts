@@ -1,0 +1,50 @@
+/**
+ * Metrics of the listeners' limits and timeouts (issue 14): connections refused at a cap or by
+ * an accept error, connections closed by a timeout, and what is open now. Labels are bounded
+ * tables below; every series exists from the start at 0.
+ */
+import { Counter, Gauge, type Registry } from 'prom-client'
+
+const PREFIX = 'stargate_k8s_router_'
+
+export const LISTENERS = ['front_door', 'health'] as const
+export type ListenerName = typeof LISTENERS[number]
+
+export const REFUSE_REASONS = ['max_connections', 'accept_error'] as const
+export type RefuseReason = typeof REFUSE_REASONS[number]
+
+/** Why the front door closed a connection the client had not finished with. */
+export const TIMEOUT_REASONS = ['headers_timeout', 'keep_alive_timeout', 'http2_idle_timeout', 'tls_handshake_timeout'] as const
+export type TimeoutReason = typeof TIMEOUT_REASONS[number]
+
+export interface LimitMetrics {
+  readonly connectionsRefused: Counter<'listener' | 'reason'>
+  readonly connectionsTimedOut: Counter<'reason'>
+  readonly frontDoorConnections: Gauge
+}
+
+export function createLimitMetrics (registry: Registry): LimitMetrics {
+  const registers = [registry]
+  const metrics: LimitMetrics = {
+    connectionsRefused: new Counter({
+      name: PREFIX + 'connections_refused_total',
+      help: 'Inbound TCP connections closed at accept, by listener and reason (max_connections: over the listener\'s cap; accept_error: e.g. EMFILE, the listener keeps serving)',
+      labelNames: ['listener', 'reason'] as const,
+      registers,
+    }),
+    connectionsTimedOut: new Counter({
+      name: PREFIX + 'front_door_connections_timed_out_total',
+      help: 'Front-door connections closed by a timeout, by reason (headers_timeout: request head not received in time; keep_alive_timeout: idle HTTP/1.1; http2_idle_timeout: HTTP/2 session without streams, GOAWAY; tls_handshake_timeout)',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
+    frontDoorConnections: new Gauge({
+      name: PREFIX + 'front_door_connections',
+      help: 'Open front-door TCP connections (the cap is --front-door-max-connections)',
+      registers,
+    }),
+  }
+  for (const listener of LISTENERS) for (const reason of REFUSE_REASONS) metrics.connectionsRefused.labels(listener, reason).inc(0)
+  for (const reason of TIMEOUT_REASONS) metrics.connectionsTimedOut.labels(reason).inc(0)
+  return metrics
+}

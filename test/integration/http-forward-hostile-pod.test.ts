@@ -1,0 +1,78 @@
+// Issue 14, SPEC §6 and §12: a bad response from a pod is a 502 for that request, never the
+// end of the process. The pod is a raw TCP server (test/fixtures/raw-http-pod.ts) writing what
+// no HTTP library would; the clients are Node's HTTP/1.1 and HTTP/2 clients. Before the fix,
+// two content-type fields to an HTTP/2 client made writeHead throw
+// ERR_HTTP2_HEADER_SINGLE_VALUE inside undici's callback.
+import t from 'tap'
+import net from 'node:net'
+import http2 from 'node:http2'
+import { StubPods } from '../fixtures/stub-pods.ts'
+import { stargateSlice } from '../fixtures/kube-router.ts'
+import { waitFor } from '../fixtures/wait.ts'
+import { request } from '../fixtures/http-client.ts'
+import { RawHttpPod, answerWith, type PodBehaviour } from '../fixtures/raw-http-pod.ts'
+
+const HOST = 'stargate-bad.stargate.external'
+
+function h2Get (port: number, path: string): Promise<{ status: number, code: unknown }> {
+  const session = http2.connect(`http://127.0.0.1:${port}`)
+  session.on('error', () => {})
+  return new Promise((resolve, reject) => {
+    const stream = session.request({ ':method': 'GET', ':path': path, ':authority': HOST })
+    stream.on('response', (headers) => { resolve({ status: Number(headers[':status']), code: headers['x-stargate-error-code'] }) })
+    stream.on('error', reject)
+    stream.on('close', () => { session.close() })
+    stream.resume()
+  })
+}
+
+const INVALID: Array<{ what: string, behaviour: PodBehaviour, h2Only?: boolean }> = [
+  { what: 'two content-type fields (to an HTTP/2 client)', h2Only: true, behaviour: answerWith('HTTP/1.1 200 OK\r\nContent-Type: a/b\r\nContent-Type: c/d\r\nContent-Length: 2\r\n\r\nok') },
+  { what: 'bytes that are not HTTP', behaviour: answerWith('HELLO THERE\r\n\r\n') },
+  { what: 'a control byte in a header value', behaviour: answerWith('HTTP/1.1 200 OK\r\nX-Evil: a\u0001b\r\nContent-Length: 2\r\n\r\nok') },
+  { what: 'two different content-length fields', behaviour: answerWith('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok') },
+  { what: 'a 64 KiB response head', behaviour: answerWith(`HTTP/1.1 200 OK\r\nX-Pad: ${'p'.repeat(64 * 1024)}\r\nContent-Length: 2\r\n\r\nok`) },
+]
+
+t.test('a pod answering what cannot be forwarded is 502 upstream_invalid_response, counted, and the router stays up', async (t) => {
+  const pods = await StubPods.start(t, { pods: [] })
+  let behaviour: PodBehaviour = () => {}
+  const pod = await RawHttpPod.start('127.0.9.51', (socket, head) => { behaviour(socket, head) })
+  t.teardown(() => { pod.close() })
+  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.51' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const port = pods.kube.frontDoorPort
+  const health = `http://127.0.0.1:${pods.kube.router.health.port}`
+  let expected = 0
+  for (const scenario of INVALID) {
+    behaviour = scenario.behaviour
+    t.same(await h2Get(port, '/x'), { status: 502, code: 'upstream_invalid_response' }, `${scenario.what}: HTTP/2 client`)
+    expected++
+    if (scenario.h2Only !== true) {
+      const reply = await request(port, { host: HOST, method: 'GET', path: '/x' })
+      t.same([reply.status, reply.headers['x-stargate-error-code']], [502, 'upstream_invalid_response'], `${scenario.what}: HTTP/1.1 client`)
+      expected++
+    }
+    t.equal((await fetch(`${health}/livez`)).status, 200, `${scenario.what}: the router is alive`)
+  }
+  t.equal(await pods.kube.metric('stargate_k8s_router_http_requests_total', { outcome: 'upstream_invalid_response' }), expected, 'each one is counted')
+})
+
+t.test('a pod that dies in the middle of its body cuts the client connection and nothing else', async (t) => {
+  const pods = await StubPods.start(t, { pods: [] })
+  const pod = await RawHttpPod.start('127.0.9.52', answerWith('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b'))
+  t.teardown(() => { pod.close() })
+  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.52' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const received = await new Promise<string>((resolve) => {
+    const socket = net.connect(pods.kube.frontDoorPort, '127.0.0.1', () => { socket.write(`GET /x HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`) })
+    let text = ''
+    socket.on('data', (chunk: Buffer) => { text += chunk.toString('latin1') })
+    socket.on('close', () => { resolve(text) })
+    socket.on('error', () => {})
+  })
+  t.match(received, /^HTTP\/1\.1 200 /, 'the response had started')
+  t.ok(received.endsWith('\r\n\r\nonly ten b'), 'the connection is closed after what the pod sent, so the client sees it cut short')
+  t.equal(await pods.kube.metric('stargate_k8s_router_http_requests_total', { outcome: 'upstream_error' }), 1)
+  t.equal((await fetch(`http://127.0.0.1:${pods.kube.router.health.port}/livez`)).status, 200)
+})
