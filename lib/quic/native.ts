@@ -152,6 +152,13 @@ export interface NativeCounters {
   readonly credentials: number
   readonly sendCalls: number
   readonly recvCalls: number
+  readonly rxDatagrams: number
+  readonly txDatagrams: number
+  /** Engine turns (writes of dirty connections + event delivery). */
+  readonly turns: number
+  readonly writes: number
+  /** Socket readiness callbacks. */
+  readonly polls: number
   readonly timers: number
 }
 

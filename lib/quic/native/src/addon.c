@@ -843,6 +843,11 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
   SET("credentials", eng->live_creds);
   SET("sendCalls", eng->c_sendmmsg);
   SET("recvCalls", eng->c_recvmmsg);
+  SET("rxDatagrams", eng->c_rx_dgrams);
+  SET("txDatagrams", eng->c_tx_dgrams);
+  SET("turns", eng->c_runs);
+  SET("writes", eng->c_writes);
+  SET("polls", eng->c_polls);
   SET("timers", eng->nheap);
   return o;
 }

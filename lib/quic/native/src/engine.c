@@ -307,6 +307,7 @@ static void flush_events(qengine *eng) {
 void engine_run(qengine *eng) {
   if (eng->running || eng->shutting_down) return;
   eng->running = 1;
+  eng->c_runs++;
   for (int round = 0; round < 16; round++) {
     while (eng->dirty_head != NULL) {
       qconn *list = eng->dirty_head;
@@ -316,6 +317,7 @@ void engine_run(qengine *eng) {
         list = c->next_dirty;
         c->next_dirty = NULL;
         c->dirty = 0;
+        eng->c_writes++;
         conn_write(c);
       }
     }

@@ -27,6 +27,8 @@ static size_t chunk_cap(const qchunk *k) {
 
 void chain_init(qchain *ch, uint64_t off) {
   ch->head = ch->tail = NULL;
+  ch->cur = NULL;
+  ch->cur_off = off;
   ch->head_off = off;
   ch->end = off;
   ch->sent = off;
@@ -83,6 +85,7 @@ void chain_free(qchain *ch, qengine *eng) {
     k = next;
   }
   ch->head = ch->tail = NULL;
+  ch->cur = NULL;
   ch->head_off = ch->end;
   if (ch->sent < ch->end) ch->sent = ch->end;
   ch->acked = ch->end;
@@ -95,6 +98,7 @@ void chain_release(qchain *ch, uint64_t upto, qengine *eng) {
   ch->acked = upto;
   while (ch->head != NULL && ch->head_off + ch->head->len <= ch->acked) {
     qchunk *k = ch->head;
+    if (k == ch->cur) ch->cur = NULL;
     ch->head = k->next;
     ch->head_off += k->len;
     if (ch->head == NULL) ch->tail = NULL;
@@ -125,14 +129,26 @@ size_t chain_copy_out(qchain *ch, uint8_t *dest, size_t max, qengine *eng) {
   return done;
 }
 
-/* Vectors over the unsent bytes [sent, end), at most maxbytes. */
+/* Vectors over the unsent bytes [sent, end), at most maxbytes. A cursor keeps the chunk that
+   holds `sent`, so a long queue (up to a whole window of 16 KiB chunks) is not walked from its
+   head for every packet. */
 int chain_vecs(qchain *ch, ngtcp2_vec *v, int maxv, size_t maxbytes) {
+  qchunk *k = ch->cur;
+  uint64_t off = ch->cur_off;
+  if (k == NULL || off > ch->sent) {
+    k = ch->head;
+    off = ch->head_off;
+  }
+  while (k != NULL && off + k->len <= ch->sent) {
+    off += k->len;
+    k = k->next;
+  }
+  ch->cur = k;
+  ch->cur_off = off;
   int n = 0;
   uint64_t pos = ch->sent;
-  uint64_t off = ch->head_off;
   size_t total = 0;
-  for (qchunk *k = ch->head; k != NULL && n < maxv && total < maxbytes; off += k->len, k = k->next) {
-    if (pos >= off + k->len) continue;
+  for (; k != NULL && n < maxv && total < maxbytes; off += k->len, k = k->next) {
     size_t start = (size_t)(pos - off);
     size_t len = k->len - start;
     if (len > maxbytes - total) len = maxbytes - total;
