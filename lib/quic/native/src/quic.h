@@ -140,6 +140,7 @@ struct qstream {
   uint64_t rx_reset_code;
   int rx_notified;         /* EV_STREAM_READABLE sent and not yet answered by a read to empty */
   int rx_closed;           /* we sent STOP_SENDING / the read side is finished */
+  int rx_fin_read;         /* TypeScript mode: a read returned the FIN */
   /* write side */
   qchain tx;
   int tx_fin;              /* FIN queued */

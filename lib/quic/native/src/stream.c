@@ -257,10 +257,13 @@ void stream_free(qstream *s) {
   free(s);
 }
 
-/* A stream whose ngtcp2 state is gone is freed once TypeScript has nothing left to read from it. */
+/* A stream whose ngtcp2 state is gone is freed once TypeScript has nothing left to read from it:
+   no unread byte, and a FIN that arrived has been read too (ngtcp2 closes a stream as soon as its
+   last byte and FIN are in, often in the turn that also reports them, so a FIN in a packet of its
+   own would otherwise be lost between the READABLE event and TypeScript's read). */
 void stream_maybe_free(qstream *s) {
   if (!s->ng_closed) return;
-  if (s->mode == SMODE_JS && s->rx.acked < s->rx.end) return;
+  if (s->mode == SMODE_JS && (s->rx.acked < s->rx.end || (s->rx_fin && !s->rx_fin_read && !s->rx_closed && !s->rx_reset))) return;
   qconn *c = s->conn;
   int64_t id = s->id;
   int js = s->mode == SMODE_JS;
@@ -401,6 +404,16 @@ ssize_t stream_js_write(qstream *s, const uint8_t *data, size_t len, int fin) {
   size_t queued = (size_t)(s->tx.end - s->tx.acked);
   size_t room = queued >= s->tx_limit ? 0 : s->tx_limit - queued;
   size_t n = len < room ? len : room;
+  if (fin && n < len) {
+    /* data + FIN is all or nothing, so end() never leaves a caller guessing what was taken. It is
+       taken whole when nothing is queued (data larger than the send limit still goes out, over
+       the limit by that one buffer, which TypeScript already holds), else after WRITABLE. */
+    if (queued > 0) {
+      s->tx_want_writable = 1;
+      return 0;
+    }
+    n = len;
+  }
   if (n > 0 && chain_append(&s->tx, data, n, s->conn->eng) != 0) return -1;
   if (n < len) s->tx_want_writable = 1;
   else if (fin) s->tx_fin = 1;
