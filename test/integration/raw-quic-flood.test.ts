@@ -11,7 +11,7 @@ import type { Socket } from 'node:dgram'
 import { readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseMetric, type Teardown } from '../fixtures/kube-router.ts'
-import { startProcess, tempDir } from '../fixtures/router-process.ts'
+import { GRPC_PYLON_DIAL_ADDR, startProcess, tempDir } from '../fixtures/router-process.ts'
 import { createQuicTls } from '../fixtures/quic-tls.ts'
 import { QuinnPeer, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
 import { captureInitial, rawSocket, respin, sendRaw, templateOf } from '../fixtures/quic-raw.ts'
@@ -33,7 +33,7 @@ async function router (t: Teardown, quicPort: number, args: readonly string[], t
   const targets = join(dir, 'targets.yaml')
   await writeFile(targets, `targets:\n  - {identity: stargate-0, address: 127.0.99.10, grpcPort: 50051, quicPort: ${quicPort}}\n`)
   const p = await startProcess(t, [
-    '--discovery', 'file', '--targets-file', targets, '--target-namespace', 'stargate',
+    '--discovery', 'file', '--targets-file', targets, '--target-namespace', 'stargate', '--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR,
     '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
     ...tlsArgs, ...args,
   ])
