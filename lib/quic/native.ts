@@ -160,6 +160,10 @@ export interface NativeCounters {
   /** Socket readiness callbacks. */
   readonly polls: number
   readonly timers: number
+  /** Wall nanoseconds spent in the engine's libuv callbacks, JavaScript excluded (benchmarks). */
+  readonly busyNs: number
+  /** The process's malloc heap in use, bytes (glibc mallinfo2; leak checks after equal work). */
+  readonly mallocInUse: number
 }
 
 export interface NativeQuic {

@@ -1,16 +1,21 @@
 /**
- * Issue 15, memory safety: 100,000 random and mutated datagrams into a listening endpoint of the
- * engine — garbage, garbage short headers (stateless-reset path), truncated and bit-flipped real
+ * Issue 15, memory safety: random and mutated datagrams into a listening endpoint of the engine
+ * — garbage, garbage short headers (stateless-reset path), truncated and bit-flipped real
  * Initials, Initials correctly protected around corrupted ClientHellos and frames (so the
  * addon's own Initial decryption, CRYPTO reassembly and ClientHello parser see them), other long
  * header types and unknown versions. No crash, the endpoint still serves a real client, every
- * engine object is freed again, and RSS comes back near its baseline. Run under AddressSanitizer
- * as docs/reliability.md says.
+ * engine object is freed again, and the heap comes back to its baseline.
+ *
+ * The suite sends 20,000 (seconds on a loaded two-core machine); the issue's 100,000, and the
+ * run under AddressSanitizer, are `QUIC_FUZZ_DATAGRAMS=100000` runs of this same file whose
+ * command and figures are in docs/reliability.md ("Tunnel port").
  */
 import t from 'tap'
 import { randomBytes } from 'node:crypto'
 import type { Socket } from 'node:dgram'
 import { readFileSync } from 'node:fs'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { dial, engineTls, established, listen } from '../fixtures/quic-engine.ts'
 import { captureInitial, rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
 import { clientHello, cryptoFrame, initialPacket, openInitial, scatteredHello } from '../fixtures/quic-initial.ts'
@@ -20,7 +25,11 @@ import { waitFor } from '../fixtures/wait.ts'
 
 t.setTimeout(180_000)
 
-const TOTAL = Number(process.env.QUIC_FUZZ_DATAGRAMS ?? 100_000)
+const TOTAL = Number(process.env.QUIC_FUZZ_DATAGRAMS ?? 20_000)
+
+// A full GC before each heap reading, so garbage JavaScript has not collected yet is not counted.
+setFlagsFromString('--expose-gc')
+const gc = runInNewContext('gc') as () => void
 
 /** A seeded generator, so a failing run can be repeated (QUIC_FUZZ_SEED). */
 function rng (seed: number): () => number {
@@ -38,7 +47,7 @@ function rssMiB (): number {
   return Number(line.split(/\s+/)[1]) / 1024
 }
 
-t.test('100,000 random and mutated datagrams: no crash, the endpoint still serves, everything is freed', async (t) => {
+t.test(`${TOTAL.toLocaleString('en')} random and mutated datagrams: no crash, the endpoint still serves, everything is freed`, async (t) => {
   const seed = Number(process.env.QUIC_FUZZ_SEED ?? Date.now() % 1_000_000)
   t.comment(`seed ${seed}`)
   const random = rng(seed)
@@ -106,23 +115,38 @@ t.test('100,000 random and mutated datagrams: no crash, the endpoint still serve
     }
   }
   const sockets: Socket[] = await Promise.all(Array.from({ length: 16 }, async () => rawSocket(t, '127.0.89.2')))
-  const rss = { start: 0, warm: 0, end: 0 }
-  rss.start = rssMiB()
-  for (let sent = 0; sent < TOTAL; sent += 200) {
-    const batch: Array<Promise<void>> = []
-    for (let i = sent; i < Math.min(TOTAL, sent + 200); i++) batch.push(sendRaw(sockets[i % sockets.length] as Socket, server.endpoint.port, datagram(i), '127.0.89.1'))
-    await Promise.all(batch)
-    // Let the loop poll the endpoint's socket between batches (it is in this process): without
-    // it the sender outruns the receive buffer and the kernel drops most datagrams.
-    await new Promise((resolve) => { setImmediate(resolve) })
-    if (sent === TOTAL / 2) rss.warm = rssMiB()
+  const fuzz = async (from: number, to: number): Promise<void> => {
+    for (let sent = from; sent < to; sent += 200) {
+      const batch: Array<Promise<void>> = []
+      for (let i = sent; i < Math.min(to, sent + 200); i++) batch.push(sendRaw(sockets[i % sockets.length] as Socket, server.endpoint.port, datagram(i), '127.0.89.1'))
+      await Promise.all(batch)
+      // Let the loop poll the endpoint's socket between batches (it is in this process): without
+      // it the sender outruns the receive buffer and the kernel drops most datagrams.
+      await new Promise((resolve) => { setImmediate(resolve) })
+    }
+    // Everything the fuzz left (pending Initials, handshakes it started) expires.
+    await waitFor(() => {
+      const now = engine.counters()
+      return now.pending === before.pending && now.connections === before.connections ? now : null
+    }, { timeoutMs: 20_000, message: 'pending Initials and fuzzed handshakes to expire' })
   }
-  if (rss.warm === 0) rss.warm = rss.start
-  // Everything the fuzz left (pending Initials, handshakes it started) expires.
-  await waitFor(() => {
-    const now = engine.counters()
-    return now.pending === before.pending && now.connections <= before.connections + server.connections.filter((c) => !c.closed).length ? now : null
-  }, { timeoutMs: 20_000, message: 'pending Initials and fuzzed handshakes to expire' })
+  const heap = async (): Promise<{ malloc: number, rss: number }> => {
+    for (let i = 0; i < 2; i++) {
+      gc()
+      await new Promise((resolve) => { setImmediate(resolve) })
+    }
+    return { malloc: engine.counters().mallocInUse / 2 ** 20, rss: rssMiB() }
+  }
+  const start = await heap()
+  const began = Date.now()
+  // The first half warms up every path (allocator arenas, TLS sessions, JIT); the second must
+  // leave the heap where the first did.
+  await fuzz(0, TOTAL / 2)
+  const warm = await heap()
+  const firstHalfMs = Date.now() - began
+  await fuzz(TOTAL / 2, TOTAL)
+  const end = await heap()
+  t.comment(`fuzz halves took ${firstHalfMs} ms and ${Date.now() - began - firstHalfMs} ms, expiry included`)
   const stats = server.endpoint.stats()
   t.ok((stats?.rxDatagrams ?? 0) >= TOTAL * 0.9, `the endpoint read the datagrams (${stats?.rxDatagrams} of ${TOTAL})`)
   t.ok((stats?.dropMalformed ?? 0) + (stats?.dropUnknownConnection ?? 0) > 0, `malformed and unknown datagrams dropped (${stats?.dropMalformed}, ${stats?.dropUnknownConnection})`)
@@ -140,6 +164,7 @@ t.test('100,000 random and mutated datagrams: no crash, the endpoint still serve
       now.bufferedBytes === before.bufferedBytes && now.datagramsQueued === before.datagramsQueued
   }, { timeoutMs: 10_000, message: 'every engine object freed' })
   t.pass('connections, streams, pending Initials, buffers and datagrams back to where they were')
-  rss.end = rssMiB()
-  t.ok(rss.end - rss.warm < 24, `RSS flat over the second half (${rss.start.toFixed(0)} → ${rss.warm.toFixed(0)} after the first half → ${rss.end.toFixed(0)} MiB after the second)`)
+  const grew = end.malloc - warm.malloc
+  t.ok(grew < 4, `the malloc heap is back to its baseline after the second half (${start.malloc.toFixed(1)} → ${warm.malloc.toFixed(1)} → ${end.malloc.toFixed(1)} MiB; RSS ${start.rss.toFixed(0)} → ${warm.rss.toFixed(0)} → ${end.rss.toFixed(0)} MiB)`)
+  t.ok(end.rss - warm.rss < 24, 'and RSS flat over the second half')
 })

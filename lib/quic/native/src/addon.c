@@ -64,9 +64,12 @@
  * datagramBridge(connA, connB, mode)        0 off, 1 raw both ways, 2 HTTP/3 (quarter stream
  *                                           ids mapped, unknown ones dropped and counted)
  * datagramMap(conn, fromQuarterId, toQuarterId)   for mode 2, datagrams arriving on conn
- * counters() -> object                      live objects and syscalls (leak checks, benchmarks)
+ * counters() -> object                      live objects and syscalls (leak checks, benchmarks),
+ *   busyNs (time in the engine's libuv callbacks, JavaScript excluded), mallocInUse (glibc heap)
  */
 #include "quic.h"
+
+#include <malloc.h>
 
 #include <stdlib.h>
 #include <stdio.h>
@@ -853,6 +856,10 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
   SET("writes", eng->c_writes);
   SET("polls", eng->c_polls);
   SET("timers", eng->nheap);
+  SET("busyNs", (double)eng->busy_ns);
+  /* The process's malloc heap in use (glibc): leak checks compare it after equal work. */
+  struct mallinfo2 mi = mallinfo2();
+  SET("mallocInUse", (double)(mi.uordblks + mi.hblkhd));
   return o;
 }
 

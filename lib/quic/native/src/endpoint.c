@@ -856,6 +856,7 @@ static void on_readable(qendpoint *ep) {
 static void on_poll(uv_poll_t *h, int status, int events) {
   qendpoint *ep = h->data;
   qengine *eng = ep->eng;
+  uint64_t begun = engine_busy_begin(eng);
   eng->c_polls++;
   ep->refs++;
   if (status < 0) {
@@ -866,6 +867,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   if ((events & UV_READABLE) && ep->fd >= 0) on_readable(ep);
   engine_run(eng);
   ep_unref(ep);
+  engine_busy_end(eng, begun);
 }
 
 /* ---- accept / reject ---- */
