@@ -140,6 +140,7 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
       },
     }
   })
+  metrics.setEngineSource(() => engine.counters())
   const udp = { address: endpoint.address, port: endpoint.port, family: endpoint.address.includes(':') ? 'IPv6' : 'IPv4' }
   logger.info({ udp, retry: config.quicRetry, maxConnections: config.quicMaxConnections, upstreamVerify: trust.verify }, 'raw quic tunnel listening')
 

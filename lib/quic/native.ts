@@ -152,7 +152,18 @@ export interface NativeCounters {
   readonly credentials: number
   readonly sendCalls: number
   readonly recvCalls: number
+  readonly rxDatagrams: number
+  readonly txDatagrams: number
+  /** Engine turns (writes of dirty connections + event delivery). */
+  readonly turns: number
+  readonly writes: number
+  /** Socket readiness callbacks. */
+  readonly polls: number
   readonly timers: number
+  /** Wall nanoseconds spent in the engine's libuv callbacks, JavaScript excluded (benchmarks). */
+  readonly busyNs: number
+  /** The process's malloc heap in use, bytes (glibc mallinfo2; leak checks after equal work). */
+  readonly mallocInUse: number
 }
 
 export interface NativeQuic {

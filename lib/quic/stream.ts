@@ -113,8 +113,9 @@ export class QuicStream {
   }
 
   /**
-   * Writes data (if any) and FIN. Returns false when not all of data was taken: the FIN was not
-   * sent, call end() again after onWritable with the rest.
+   * Writes data (if any) and FIN, all or nothing: false means none of data was taken and no FIN
+   * was sent; call end(data) again after onWritable. (Data is taken whole when nothing is
+   * queued, so a buffer larger than the send limit does not wait forever.)
    */
   end (data?: Uint8Array): boolean {
     if (this.closed || this.spliced || this.writeEnded) return false

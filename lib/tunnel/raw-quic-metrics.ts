@@ -53,6 +53,14 @@ export interface EndpointCounts {
   readonly stateless: Readonly<Record<StatelessPacket, number>>
 }
 
+/** The QUIC engine's I/O counters (lib/quic/native.ts NativeCounters), read at scrape time. */
+export interface EngineIo {
+  readonly sendCalls: number
+  readonly recvCalls: number
+  readonly txDatagrams: number
+  readonly rxDatagrams: number
+}
+
 export interface RelayedBytes {
   readonly clientToStargate: number
   readonly stargateToClient: number
@@ -67,6 +75,10 @@ export interface RawQuicMetrics {
   readonly quicDatagramsDropped: Counter<'reason'>
   readonly quicStatelessPackets: Counter<'type'>
   readonly quicHandshakeFailures: Counter<'reason'>
+  readonly quicEngineSyscalls: Counter<'call'>
+  readonly quicEngineDatagrams: Counter<'direction'>
+  /** Where the engine's I/O counters are read at scrape time. */
+  setEngineSource (source: () => EngineIo): void
   /** Where quic_relayed_bytes_total reads its (monotonic) totals at scrape time. */
   setRelayedBytesSource (source: () => RelayedBytes): void
   /** Where the endpoint gauges and drop counters read their values at scrape time. */
@@ -80,6 +92,12 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
   const reported = { clientToStargate: 0, stargateToClient: 0 }
   const reportedDrops: Record<DropReason, number> = { malformed: 0, unknown_connection: 0, connection_limit: 0, invalid_token: 0, pending_limit: 0, closing: 0 }
   const reportedStateless: Record<StatelessPacket, number> = { retry: 0, stateless_reset: 0, version_negotiation: 0 }
+  let engineIo: (() => EngineIo) | null = null
+  const reportedIo = { sendCalls: 0, recvCalls: 0, txDatagrams: 0, rxDatagrams: 0 }
+  const advance = (counter: Counter<string>, label: Record<string, string>, key: keyof typeof reportedIo, now: number): void => {
+    counter.labels(label).inc(Math.max(0, now - reportedIo[key]))
+    reportedIo[key] = Math.max(reportedIo[key], now)
+  }
   const metrics: RawQuicMetrics = {
     quicConnections: new Counter({
       name: PREFIX + 'quic_connections_total',
@@ -138,6 +156,30 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
       labelNames: ['reason'] as const,
       registers,
     }),
+    quicEngineSyscalls: new Counter({
+      name: PREFIX + 'quic_engine_syscalls_total',
+      help: 'Socket calls of the QUIC engine (all its UDP sockets: tunnel port and pod legs), by call: send (sendmmsg, each sending a batch, with UDP GSO where the kernel takes it), recv (recvmmsg, with UDP GRO)',
+      labelNames: ['call'] as const,
+      registers,
+      collect () {
+        if (engineIo === null) return
+        const now = engineIo()
+        advance(this, { call: 'send' }, 'sendCalls', now.sendCalls)
+        advance(this, { call: 'recv' }, 'recvCalls', now.recvCalls)
+      },
+    }),
+    quicEngineDatagrams: new Counter({
+      name: PREFIX + 'quic_engine_datagrams_total',
+      help: 'UDP datagrams the QUIC engine sent (tx) and received (rx) on all its sockets',
+      labelNames: ['direction'] as const,
+      registers,
+      collect () {
+        if (engineIo === null) return
+        const now = engineIo()
+        advance(this, { direction: 'tx' }, 'txDatagrams', now.txDatagrams)
+        advance(this, { direction: 'rx' }, 'rxDatagrams', now.rxDatagrams)
+      },
+    }),
     quicDatagramsDropped: new Counter({
       name: PREFIX + 'quic_datagrams_dropped_total',
       help: 'Datagrams the tunnel port dropped before they reached a connection, by reason (malformed, unknown_connection, connection_limit, invalid_token, pending_limit, closing)',
@@ -158,10 +200,15 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
     setEndpointSource (fn: () => EndpointCounts): void {
       endpoint = fn
     },
+    setEngineSource (fn: () => EngineIo): void {
+      engineIo = fn
+    },
   }
   for (const reason of DROP_REASONS) metrics.quicDatagramsDropped.labels(reason).inc(0)
   for (const type of STATELESS_PACKETS) metrics.quicStatelessPackets.labels(type).inc(0)
   for (const reason of HANDSHAKE_FAILURES) metrics.quicHandshakeFailures.labels(reason).inc(0)
+  for (const call of ['send', 'recv']) metrics.quicEngineSyscalls.labels(call).inc(0)
+  for (const direction of ['tx', 'rx']) metrics.quicEngineDatagrams.labels(direction).inc(0)
   for (const outcome of QUIC_OUTCOMES) metrics.quicConnections.labels(outcome).inc(0)
   for (const direction of RELAY_DIRECTIONS) metrics.quicRelayedBytes.labels(direction).inc(0)
   return metrics

@@ -7,42 +7,16 @@
  * gtlsclient sends the <HOST> argument as SNI when it is a DNS name and "localhost" for an IP.
  */
 import t from 'tap'
-import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { createSocket } from 'node:dgram'
-import { access, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { closed, dial, engineTls, established, listen, readToEnd, sha256, type Teardown } from '../fixtures/quic-engine.ts'
 import { encodeVarint as varint, decodeVarint, varintLengthOf } from '../../lib/quic/varint.ts'
-import { waitFor } from '../fixtures/wait.ts'
+import { GTLS_CLIENT, ngtcp2ExamplesSkip, run, startGtlsServer } from '../fixtures/ngtcp2-examples.ts'
 import type { QuicStream } from '../../lib/quic/stream.ts'
 
-const CLIENT = '/usr/bin/gtlsclient'
-const SERVER = '/usr/sbin/gtlsserver'
-
-async function present (path: string): Promise<boolean> {
-  try {
-    await access(path)
-    return true
-  } catch {
-    return false
-  }
-}
-
-const missing = !await present(CLIENT) || !await present(SERVER)
-  ? `ngtcp2 examples not installed (${CLIENT}, ${SERVER}): apt-get install ngtcp2-client ngtcp2-server`
-  : false
-
-function run (t: Teardown, command: string, args: readonly string[]): { child: ChildProcess, output: () => string, exited: Promise<number | null> } {
-  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] })
-  let output = ''
-  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
-  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
-  const exited = new Promise<number | null>((resolve) => { child.on('close', (code) => { resolve(code) }) })
-  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
-  return { child, output: () => output, exited }
-}
+const missing = await ngtcp2ExamplesSkip()
 
 /** An HTTP/3 frame: type, length, payload (RFC 9114 §7.1). */
 function frame (type: number, payload: Buffer): Buffer {
@@ -136,7 +110,7 @@ t.test('gtlsclient (ngtcp2 + GnuTLS) downloads a file over HTTP/3 from the engin
   const dir = await tempDir(t)
   const downloads = join(dir, 'downloads')
   await mkdir(downloads)
-  const client = run(t, CLIENT, ['--quiet', '--exit-on-all-streams-close', '--download', downloads, '--timeout', '10s',
+  const client = run(t, GTLS_CLIENT, ['--quiet', '--exit-on-all-streams-close', '--download', downloads, '--timeout', '10s',
     '127.0.87.1', String(server.endpoint.port), `https://localhost:${server.endpoint.port}/model.bin`])
   const code = await Promise.race([client.exited, new Promise<'timeout'>((resolve) => { setTimeout(() => { resolve('timeout') }, 20_000).unref() })])
   t.equal(code, 0, `gtlsclient exited cleanly (${client.output().slice(-400)})`)
@@ -156,17 +130,9 @@ t.test('the engine as client downloads a file over HTTP/3 from gtlsserver (ngtcp
   await writeFile(join(htdocs, 'weights.bin'), body)
   await writeFile(join(dir, 'key.pem'), tls.server.keyPem)
   await writeFile(join(dir, 'cert.pem'), tls.server.chainPem)
-  const probe = createSocket('udp4')
-  await new Promise<void>((resolve) => { probe.bind(0, '127.0.87.2', resolve) })
-  const port = probe.address().port
-  await new Promise<void>((resolve) => { probe.close(() => { resolve() }) })
-  const server = run(t, SERVER, ['--quiet', '-d', htdocs, '127.0.87.2', String(port), join(dir, 'key.pem'), join(dir, 'cert.pem')])
-  // gtlsserver binds asynchronously: dial until a handshake completes.
-  const conn = await waitFor(async () => {
-    const attempt = dial(t, '127.0.87.2', port, { credentials: tls.clientCredentials, serverName: 'localhost', alpn: ['h3'], transport: { handshakeTimeoutMs: 2000 } })
-    await established(attempt)
-    return attempt
-  }, { timeoutMs: 15_000, message: `a handshake with gtlsserver (${server.output().slice(-200)})` })
+  const { port } = await startGtlsServer(t, { host: '127.0.87.2', htdocs, keyPath: join(dir, 'key.pem'), certPath: join(dir, 'cert.pem') })
+  const conn = dial(t, '127.0.87.2', port, { credentials: tls.clientCredentials, serverName: 'localhost', alpn: ['h3'], transport: { handshakeTimeoutMs: 10_000 } })
+  await established(conn)
   t.equal(conn.alpn, 'h3', 'h3 negotiated with gtlsserver')
   conn.on('stream', (stream) => { readToEnd(stream).then(() => {}, () => {}) })
   conn.openStream(false)?.write(Buffer.concat([varint(0x00), frame(0x04, Buffer.alloc(0))]))

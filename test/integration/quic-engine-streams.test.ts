@@ -7,10 +7,11 @@
  */
 import t from 'tap'
 import { randomBytes } from 'node:crypto'
-import { closed, dial, echoStreams, engineTls, established, listen, nextStream, readToEnd, sha256, writeAll, type Teardown } from '../fixtures/quic-engine.ts'
+import { closed, dial, echoStreams, engineTls, established, listen, nextStream, readToEnd, sha256, writeAll, type StreamEnd, type Teardown } from '../fixtures/quic-engine.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import type { QuicConnection } from '../../lib/quic/connection.ts'
 import type { TransportOptions } from '../../lib/quic/engine.ts'
+import type { QuicStream } from '../../lib/quic/stream.ts'
 
 async function pair (t: Teardown, host: string, transport?: TransportOptions): Promise<{ client: QuicConnection, server: QuicConnection }> {
   const tls = await engineTls(t)
@@ -57,6 +58,83 @@ t.test('uni streams are delivered both ways, FIN included', async (t) => {
   if (down === null) throw new Error('no stream')
   t.ok(down.end(Buffer.from('only a FIN after this')), 'data and FIN in one call')
   t.equal((await readToEnd(await atClient)).data.toString(), 'only a FIN after this')
+})
+
+/** Reads what arrives on stream; got(n) resolves once n bytes are in, end when it ends. */
+function reader (stream: QuicStream): { got: (n: number) => Promise<void>, end: Promise<StreamEnd> } {
+  const chunks: Buffer[] = []
+  let bytes = 0
+  const waiting: Array<{ n: number, resolve: () => void }> = []
+  const end = new Promise<StreamEnd>((resolve) => {
+    const drain = (): void => {
+      for (let chunk = stream.read(); chunk !== null; chunk = stream.read()) {
+        chunks.push(chunk)
+        bytes += chunk.length
+      }
+      for (const w of waiting) if (bytes >= w.n) w.resolve()
+      if (stream.readEnded) resolve({ data: Buffer.concat(chunks), end: 'fin' })
+    }
+    stream.handler = {
+      ...stream.handler,
+      onReadable: drain,
+      onReset: (_s, code) => { resolve({ data: Buffer.concat(chunks), end: { reset: code } }) },
+      onClose: () => { if (!stream.readEnded) resolve({ data: Buffer.concat(chunks), end: 'closed' }) },
+    }
+    // What arrived with the stream, before this handler was set.
+    drain()
+  })
+  const got = (n: number): Promise<void> => bytes >= n ? Promise.resolve() : new Promise((resolve) => { waiting.push({ n, resolve }) })
+  return { got, end }
+}
+
+t.test('a FIN that comes after the data, in a packet of its own, ends the stream cleanly (uni and bidi)', async (t) => {
+  const { client, server } = await pair(t, '127.0.81.12')
+  // Uni: the receiving stream is over for ngtcp2 the moment the FIN is in and every byte read,
+  // in the same turn that reports the FIN.
+  const atClient = nextStream(client)
+  const down = server.openStream(false)
+  if (down === null) throw new Error('no stream')
+  t.equal(down.write(Buffer.from('seventeen bytes..')), 17)
+  const uni = reader(await atClient)
+  await uni.got(17)
+  t.ok(down.end(), 'then the FIN alone')
+  t.same(await uni.end, { data: Buffer.from('seventeen bytes..'), end: 'fin' }, 'the uni stream ended with its FIN')
+  // Bidi: the client finished its side first; the server answers, and FINs once that was read.
+  const atServer = nextStream(server)
+  const up = client.openStream()
+  if (up === null) throw new Error('no stream')
+  const answer = reader(up)
+  t.ok(up.end(Buffer.from('request')), 'request and FIN')
+  const served = await atServer
+  t.same(await reader(served).end, { data: Buffer.from('request'), end: 'fin' }, 'the server read the request and its FIN')
+  t.equal(served.write(Buffer.from('response')), 8)
+  await answer.got(8)
+  t.ok(served.end(), 'the FIN alone')
+  t.same(await answer.end, { data: Buffer.from('response'), end: 'fin' }, 'the bidi stream ended with its FIN')
+})
+
+t.test('end(data) takes all of data and the FIN or nothing', async (t) => {
+  const { client, server } = await pair(t, '127.0.81.13', { streamSendLimit: 4096 })
+  const atServer = nextStream(server)
+  const s = client.openStream(false)
+  if (s === null) throw new Error('no stream')
+  const first = randomBytes(4096)
+  const last = randomBytes(1000)
+  t.equal(s.write(first), 4096, 'the send limit taken')
+  const writable = new Promise<void>((resolve) => { s.handler = { onWritable: () => { resolve() } } })
+  t.notOk(s.end(last), 'no room: end(data) takes nothing')
+  t.notOk(s.writeEnded, 'and sent no FIN')
+  const received = reader(await atServer)
+  await writable
+  t.ok(s.end(last), 'after onWritable: all of it and the FIN')
+  t.equal(sha256((await received.end).data), sha256(Buffer.concat([first, last])), 'every byte once, in order')
+  // Nothing queued: a buffer larger than the send limit is taken whole.
+  const big = randomBytes(64 * 1024)
+  const atServer2 = nextStream(server)
+  const s2 = client.openStream(false)
+  if (s2 === null) throw new Error('no stream')
+  t.ok(s2.end(big), 'a 64 KiB end() on an empty stream with a 4 KiB send limit')
+  t.equal(sha256((await reader(await atServer2).end).data), sha256(big), 'delivered')
 })
 
 t.test('RESET_STREAM and STOP_SENDING reach the peer with their codes', async (t) => {

@@ -11,47 +11,14 @@
  * name the client dials.
  */
 import t from 'tap'
-import { spawn, type ChildProcess } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
-import { createSocket } from 'node:dgram'
-import { access, mkdir, readFile, writeFile } from 'node:fs/promises'
+import { mkdir, readFile, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import { waitFor } from '../fixtures/wait.ts'
+import { GTLS_CLIENT, ngtcp2ExamplesSkip, run, startGtlsServer } from '../fixtures/ngtcp2-examples.ts'
 
-const CLIENT = '/usr/bin/gtlsclient'
-const SERVER = '/usr/sbin/gtlsserver'
-
-async function present (path: string): Promise<boolean> {
-  try {
-    await access(path)
-    return true
-  } catch {
-    return false
-  }
-}
-
-async function freeUdpPort (host: string): Promise<number> {
-  const socket = createSocket('udp4')
-  await new Promise<void>((resolve) => { socket.bind(0, host, resolve) })
-  const port = socket.address().port
-  await new Promise<void>((resolve) => { socket.close(() => { resolve() }) })
-  return port
-}
-
-function run (t: { teardown (fn: () => unknown): void }, command: string, args: readonly string[]): { child: ChildProcess, output: () => string, exited: Promise<number | null> } {
-  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'pipe'] })
-  let output = ''
-  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
-  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => { output += chunk })
-  const exited = new Promise<number | null>((resolve) => { child.on('close', (code) => { resolve(code) }) })
-  t.teardown(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL') })
-  return { child, output: () => output, exited }
-}
-
-const missing = !await present(CLIENT) || !await present(SERVER)
-  ? `ngtcp2 examples not installed (${CLIENT}, ${SERVER}): apt-get install ngtcp2-client ngtcp2-server`
-  : false
+const missing = await ngtcp2ExamplesSkip()
 
 t.test('an HTTP/3 GET from ngtcp2 through the router reaches ngtcp2 and the body arrives intact', { skip: missing }, async (t) => {
   const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.63', hosts: ['localhost'], args: ['--advertised-hostname-template', '{pod_name}'] })
@@ -65,12 +32,12 @@ t.test('an HTTP/3 GET from ngtcp2 through the router reaches ngtcp2 and the body
   await writeFile(join(cluster.tls.dir, 'pod.key'), cluster.tls.stargate.keyPem)
 
   const podIp = '127.0.63.10'
-  const podPort = await freeUdpPort(podIp)
-  const server = run(t, SERVER, ['--quiet', '-d', htdocs, podIp, String(podPort), join(cluster.tls.dir, 'pod.key'), join(cluster.tls.dir, 'pod.crt')])
+  const server = await startGtlsServer(t, { host: podIp, htdocs, keyPath: join(cluster.tls.dir, 'pod.key'), certPath: join(cluster.tls.dir, 'pod.crt') })
+  const podPort = server.port
   cluster.list('localhost', podIp, podPort, true)
   await cluster.waitForTargets(1)
 
-  const client = run(t, CLIENT, [
+  const client = run(t, GTLS_CLIENT, [
     '--quiet', '--exit-on-all-streams-close', '--download', downloads, '--timeout', '10s',
     'localhost', String(cluster.tunnelPort), `https://localhost:${cluster.tunnelPort}/model.bin`,
   ])

@@ -21,7 +21,8 @@
  *     6 STREAM_WRITABLE a write that was cut short may go on
  *     7 STREAM_RESET    a = code: the peer reset its sending side (unread bytes dropped)
  *     8 STREAM_STOP     a = code: the peer sent STOP_SENDING (we answered with RESET_STREAM)
- *     9 STREAM_CLOSED   the stream is finished and forgotten
+ *     9 STREAM_CLOSED   the stream is finished and forgotten (in TypeScript mode: only after its
+ *                       bytes and its FIN, if one came, were read, or after a reset or streamStop)
  *    10 STREAMS_AVAILABLE a = bidi, b = uni streams we may open now (after an open failed)
  *    11 DATAGRAM        object Buffer
  *    12 SPLICE_DONE     a = bytes this (spliced) stream received and passed on, b = of those acked
@@ -51,6 +52,8 @@
  * streamRead(conn, stream, max) -> Buffer (bytes consumed; credit returned to the peer), or
  *   0 nothing now, 1 FIN (all read), 2 reset, 3 no such stream
  * streamWrite(conn, stream, data, fin) -> bytes taken (the rest waits for STREAM_WRITABLE), -1 closed
+ *   with fin: all of data and the FIN, or nothing (0, STREAM_WRITABLE follows); data is taken
+ *   whole when nothing is queued, even beyond the send limit
  * streamReset(conn, stream, code)           RESET_STREAM on our sending side
  * streamStop(conn, stream, code)            STOP_SENDING on our receiving side
  * splice(connA, streamA, connB, streamB) -> boolean
@@ -61,9 +64,12 @@
  * datagramBridge(connA, connB, mode)        0 off, 1 raw both ways, 2 HTTP/3 (quarter stream
  *                                           ids mapped, unknown ones dropped and counted)
  * datagramMap(conn, fromQuarterId, toQuarterId)   for mode 2, datagrams arriving on conn
- * counters() -> object                      live objects and syscalls (leak checks, benchmarks)
+ * counters() -> object                      live objects and syscalls (leak checks, benchmarks),
+ *   busyNs (time in the engine's libuv callbacks, JavaScript excluded), mallocInUse (glibc heap)
  */
 #include "quic.h"
+
+#include <malloc.h>
 
 #include <stdlib.h>
 #include <stdio.h>
@@ -713,6 +719,7 @@ static napi_value js_stream_read(napi_env env, napi_callback_info info) {
     if (s->rx_reset) return num(env, 2);
     if (s->rx_fin) {
       s->rx_notified = 0;
+      s->rx_fin_read = 1;
       stream_maybe_free(s);
       return num(env, 1);
     }
@@ -843,7 +850,16 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
   SET("credentials", eng->live_creds);
   SET("sendCalls", eng->c_sendmmsg);
   SET("recvCalls", eng->c_recvmmsg);
+  SET("rxDatagrams", eng->c_rx_dgrams);
+  SET("txDatagrams", eng->c_tx_dgrams);
+  SET("turns", eng->c_runs);
+  SET("writes", eng->c_writes);
+  SET("polls", eng->c_polls);
   SET("timers", eng->nheap);
+  SET("busyNs", (double)eng->busy_ns);
+  /* The process's malloc heap in use (glibc): leak checks compare it after equal work. */
+  struct mallinfo2 mi = mallinfo2();
+  SET("mallocInUse", (double)(mi.uordblks + mi.hblkhd));
   return o;
 }
 

@@ -31,6 +31,9 @@
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 static void on_poll(uv_poll_t *h, int status, int events);
 static void pending_drop(qengine *eng, qpending *p);
@@ -54,6 +57,10 @@ static int make_socket(int family, int rcvbuf, int sndbuf) {
     int off = 0;
     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
   }
+  /* UDP GRO: a peer's GSO burst (quinn and ngtcp2 send them) arrives as one buffer, split here,
+     instead of one syscall and one skb per datagram. Kernels without it ignore the option. */
+  int one = 1;
+  setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one);
   return fd;
 }
 
@@ -347,8 +354,10 @@ static int send_run(qendpoint *ep, uint8_t *base, qtxmsg *msgs, int n, int *bloc
     ep->eng->c_sendmmsg++;
     if (rv > 0) {
       for (int i = done; i < done + rv; i++) {
+        uint64_t dgrams = (msgs[i].len + msgs[i].seg - 1) / msgs[i].seg;
         ep->c_tx_bytes += msgs[i].len;
-        ep->c_tx_dgrams += (msgs[i].len + msgs[i].seg - 1) / msgs[i].seg;
+        ep->c_tx_dgrams += dgrams;
+        ep->eng->c_tx_dgrams += dgrams;
       }
       done += rv;
       continue;
@@ -730,6 +739,7 @@ static void on_stateless(qendpoint *ep, const uint8_t *data, size_t len, const s
 
 static void dispatch(qendpoint *ep, const uint8_t *data, size_t len, const struct sockaddr *from, socklen_t fromlen) {
   ep->c_rx_dgrams++;
+  ep->eng->c_rx_dgrams++;
   ep->c_rx_bytes += len;
   ngtcp2_version_cid vc;
   int rv = ngtcp2_pkt_decode_version_cid(&vc, data, len, Q_SCID_LEN);
@@ -788,6 +798,10 @@ static void on_readable(qendpoint *ep) {
   struct mmsghdr mm[Q_RX_SLOTS];
   struct iovec iov[Q_RX_SLOTS];
   struct sockaddr_storage from[Q_RX_SLOTS];
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } ctl[Q_RX_SLOTS];
   for (int round = 0; round < 8 && ep->fd >= 0; round++) {
     for (int i = 0; i < Q_RX_SLOTS; i++) {
       iov[i].iov_base = eng->rxbuf + (size_t)i * Q_RX_SLOT_SIZE;
@@ -797,6 +811,8 @@ static void on_readable(qendpoint *ep) {
       mm[i].msg_hdr.msg_iovlen = 1;
       mm[i].msg_hdr.msg_name = &from[i];
       mm[i].msg_hdr.msg_namelen = sizeof from[i];
+      mm[i].msg_hdr.msg_control = ctl[i].buf;
+      mm[i].msg_hdr.msg_controllen = sizeof ctl[i].buf;
     }
     int n = recvmmsg(ep->fd, mm, Q_RX_SLOTS, MSG_DONTWAIT, NULL);
     eng->c_recvmmsg++;
@@ -816,7 +832,20 @@ static void on_readable(qendpoint *ep) {
         sa = (const struct sockaddr *)&ep->remote;
         salen = ep->remotelen;
       }
-      dispatch(ep, iov[i].iov_base, mm[i].msg_len, sa, salen);
+      size_t len = mm[i].msg_len;
+      size_t seg = len;
+      for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mm[i].msg_hdr); cm != NULL; cm = CMSG_NXTHDR(&mm[i].msg_hdr, cm)) {
+        if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+          int gso;
+          memcpy(&gso, CMSG_DATA(cm), sizeof gso);
+          if (gso > 0) seg = (size_t)gso;
+        }
+      }
+      const uint8_t *base = iov[i].iov_base;
+      for (size_t off = 0; off < len && ep->fd >= 0; off += seg) {
+        size_t dlen = len - off < seg ? len - off : seg;
+        dispatch(ep, base + off, dlen, sa, salen);
+      }
     }
     if (n < Q_RX_SLOTS) return;
     /* A full batch: write what it produced (ACKs) before reading the next one. */
@@ -827,6 +856,8 @@ static void on_readable(qendpoint *ep) {
 static void on_poll(uv_poll_t *h, int status, int events) {
   qendpoint *ep = h->data;
   qengine *eng = ep->eng;
+  uint64_t begun = engine_busy_begin(eng);
+  eng->c_polls++;
   ep->refs++;
   if (status < 0) {
     /* A socket error (an ICMP error queued on it): reading reports and clears it. */
@@ -836,6 +867,7 @@ static void on_poll(uv_poll_t *h, int status, int events) {
   if ((events & UV_READABLE) && ep->fd >= 0) on_readable(ep);
   engine_run(eng);
   ep_unref(ep);
+  engine_busy_end(eng, begun);
 }
 
 /* ---- accept / reject ---- */

@@ -174,8 +174,19 @@ static void arm_timer(qengine *eng) {
   uv_timer_start(&eng->timer, on_timer, ms, 0);
 }
 
+/* A libuv callback of the engine begins: returns the start mark (time minus JavaScript so far). */
+uint64_t engine_busy_begin(qengine *eng) {
+  return q_now() - eng->js_ns;
+}
+
+void engine_busy_end(qengine *eng, uint64_t begun) {
+  uint64_t end = q_now() - eng->js_ns;
+  if (end > begun) eng->busy_ns += end - begun;
+}
+
 static void on_timer(uv_timer_t *t) {
   qengine *eng = t->data;
+  uint64_t begun = engine_busy_begin(eng);
   eng->timer_at = 0;
   uint64_t now = q_now();
   /* Take the due connections first: handling one may schedule it again. */
@@ -195,6 +206,7 @@ static void on_timer(uv_timer_t *t) {
     if (c->state != CSTATE_DEAD) conn_on_timer(c);
   }
   engine_run(eng);
+  engine_busy_end(eng, begun);
 }
 
 /* ---- events to JavaScript ---- */
@@ -290,7 +302,9 @@ static void flush_events(qengine *eng) {
     else argv[1] = objs;
     napi_value result;
     eng->in_js = 1;
+    uint64_t js_begun = q_now();
     napi_status st = napi_make_callback(env, eng->async, recv, cb, 2, argv, &result);
+    eng->js_ns += q_now() - js_begun;
     eng->in_js = 0;
     if (st == napi_pending_exception) {
       napi_value err;
@@ -307,6 +321,7 @@ static void flush_events(qengine *eng) {
 void engine_run(qengine *eng) {
   if (eng->running || eng->shutting_down) return;
   eng->running = 1;
+  eng->c_runs++;
   for (int round = 0; round < 16; round++) {
     while (eng->dirty_head != NULL) {
       qconn *list = eng->dirty_head;
@@ -316,6 +331,7 @@ void engine_run(qengine *eng) {
         list = c->next_dirty;
         c->next_dirty = NULL;
         c->dirty = 0;
+        eng->c_writes++;
         conn_write(c);
       }
     }
@@ -348,7 +364,11 @@ void engine_run(qengine *eng) {
 
 static void on_check(uv_check_t *h) {
   qengine *eng = h->data;
-  if (eng->dirty_head != NULL || eng->nev > 0 || eng->dead_head != NULL) engine_run(eng);
+  if (eng->dirty_head != NULL || eng->nev > 0 || eng->dead_head != NULL) {
+    uint64_t begun = engine_busy_begin(eng);
+    engine_run(eng);
+    engine_busy_end(eng, begun);
+  }
 }
 
 int engine_init(qengine *eng, napi_env env) {

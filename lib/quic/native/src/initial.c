@@ -234,12 +234,14 @@ int initial_client_hello(qpending *p, char **sni, uint8_t **alpn, size_t *alpnle
   size_t ext_end = at + 2 + (((size_t)b[at] << 8) | b[at + 1]);
   if (ext_end > len) return -1;
   at += 2;
+  int transport_params = 0;
   while (at + 4 <= ext_end) {
     unsigned type = ((unsigned)b[at] << 8) | b[at + 1];
     size_t size = ((size_t)b[at + 2] << 8) | b[at + 3];
     const uint8_t *d = b + at + 4;
     at += 4 + size;
     if (at > ext_end) return -1;
+    if (type == 0x0039 && size > 0) transport_params = 1;
     if (type == 0x0000 && size >= 5 && *sni == NULL) {
       /* server_name_list: length, then entries of (type, length, name); host_name is type 0 */
       size_t list = ((size_t)d[0] << 8) | d[1];
@@ -285,5 +287,6 @@ int initial_client_hello(qpending *p, char **sni, uint8_t **alpn, size_t *alpnle
       *alpnlen = list;
     }
   }
-  return 0;
+  /* A QUIC ClientHello without transport parameters is no QUIC ClientHello (RFC 9001 §8.2). */
+  return transport_params ? 0 : -1;
 }

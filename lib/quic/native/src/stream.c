@@ -27,6 +27,8 @@ static size_t chunk_cap(const qchunk *k) {
 
 void chain_init(qchain *ch, uint64_t off) {
   ch->head = ch->tail = NULL;
+  ch->cur = NULL;
+  ch->cur_off = off;
   ch->head_off = off;
   ch->end = off;
   ch->sent = off;
@@ -83,6 +85,7 @@ void chain_free(qchain *ch, qengine *eng) {
     k = next;
   }
   ch->head = ch->tail = NULL;
+  ch->cur = NULL;
   ch->head_off = ch->end;
   if (ch->sent < ch->end) ch->sent = ch->end;
   ch->acked = ch->end;
@@ -95,6 +98,7 @@ void chain_release(qchain *ch, uint64_t upto, qengine *eng) {
   ch->acked = upto;
   while (ch->head != NULL && ch->head_off + ch->head->len <= ch->acked) {
     qchunk *k = ch->head;
+    if (k == ch->cur) ch->cur = NULL;
     ch->head = k->next;
     ch->head_off += k->len;
     if (ch->head == NULL) ch->tail = NULL;
@@ -125,14 +129,26 @@ size_t chain_copy_out(qchain *ch, uint8_t *dest, size_t max, qengine *eng) {
   return done;
 }
 
-/* Vectors over the unsent bytes [sent, end), at most maxbytes. */
+/* Vectors over the unsent bytes [sent, end), at most maxbytes. A cursor keeps the chunk that
+   holds `sent`, so a long queue (up to a whole window of 16 KiB chunks) is not walked from its
+   head for every packet. */
 int chain_vecs(qchain *ch, ngtcp2_vec *v, int maxv, size_t maxbytes) {
+  qchunk *k = ch->cur;
+  uint64_t off = ch->cur_off;
+  if (k == NULL || off > ch->sent) {
+    k = ch->head;
+    off = ch->head_off;
+  }
+  while (k != NULL && off + k->len <= ch->sent) {
+    off += k->len;
+    k = k->next;
+  }
+  ch->cur = k;
+  ch->cur_off = off;
   int n = 0;
   uint64_t pos = ch->sent;
-  uint64_t off = ch->head_off;
   size_t total = 0;
-  for (qchunk *k = ch->head; k != NULL && n < maxv && total < maxbytes; off += k->len, k = k->next) {
-    if (pos >= off + k->len) continue;
+  for (; k != NULL && n < maxv && total < maxbytes; off += k->len, k = k->next) {
     size_t start = (size_t)(pos - off);
     size_t len = k->len - start;
     if (len > maxbytes - total) len = maxbytes - total;
@@ -241,10 +257,13 @@ void stream_free(qstream *s) {
   free(s);
 }
 
-/* A stream whose ngtcp2 state is gone is freed once TypeScript has nothing left to read from it. */
+/* A stream whose ngtcp2 state is gone is freed once TypeScript has nothing left to read from it:
+   no unread byte, and a FIN that arrived has been read too (ngtcp2 closes a stream as soon as its
+   last byte and FIN are in, often in the turn that also reports them, so a FIN in a packet of its
+   own would otherwise be lost between the READABLE event and TypeScript's read). */
 void stream_maybe_free(qstream *s) {
   if (!s->ng_closed) return;
-  if (s->mode == SMODE_JS && s->rx.acked < s->rx.end) return;
+  if (s->mode == SMODE_JS && (s->rx.acked < s->rx.end || (s->rx_fin && !s->rx_fin_read && !s->rx_closed && !s->rx_reset))) return;
   qconn *c = s->conn;
   int64_t id = s->id;
   int js = s->mode == SMODE_JS;
@@ -385,6 +404,16 @@ ssize_t stream_js_write(qstream *s, const uint8_t *data, size_t len, int fin) {
   size_t queued = (size_t)(s->tx.end - s->tx.acked);
   size_t room = queued >= s->tx_limit ? 0 : s->tx_limit - queued;
   size_t n = len < room ? len : room;
+  if (fin && n < len) {
+    /* data + FIN is all or nothing, so end() never leaves a caller guessing what was taken. It is
+       taken whole when nothing is queued (data larger than the send limit still goes out, over
+       the limit by that one buffer, which TypeScript already holds), else after WRITABLE. */
+    if (queued > 0) {
+      s->tx_want_writable = 1;
+      return 0;
+    }
+    n = len;
+  }
   if (n > 0 && chain_append(&s->tx, data, n, s->conn->eng) != 0) return -1;
   if (n < len) s->tx_want_writable = 1;
   else if (fin) s->tx_fin = 1;

@@ -1,0 +1,131 @@
+/**
+ * Issue 15 benchmark: the router's raw QUIC tunnels on the ngtcp2 engine, judged against the
+ * stack of the real Pylon and Stargate (quinn 0.9.3 + rustls 0.20.8, no ALPN, 1350-byte
+ * packets; test/fixtures/quinn-peer) measured side by side in the same run:
+ *
+ *   bulk up            256 MiB on one stream (BENCH_QUIC_MIB), quinn client → quinn server
+ *                      direct, and the same client → router → the same server. Target: through
+ *                      the router ≥ 0.5 × direct. The router's CPU per relayed GiB (/proc over
+ *                      the transfer) against the quinn server's CPU per received GiB in the
+ *                      direct run: ≤ 2 ×.
+ *   handshakes         fresh connections, 16 at a time, each closed once established: to the
+ *                      quinn server, and through the router (each one also a router → pod
+ *                      handshake). Target: through the router ≥ 0.5 × direct.
+ *   flood              10,000 spoofed Initials (BENCH_QUIC_FLOOD; real ClientHellos under fresh
+ *                      connection IDs, from 50 source ports, none answering) at a router with its
+ *                      default limits, a real quinn Pylon dialing halfway through: its handshake
+ *                      time (a Retry round trip included). Target: ≤ 1 s.
+ *
+ * Cases are interleaved round by round (bench/_util.ts measureEach). The engine ↔ engine and
+ * gtlsclient ↔ gtlsserver figures are bench/quic/bulk.bench.ts, in the same `npm run bench --
+ * quic` run.
+ */
+import type { Socket } from 'node:dgram'
+import { performance } from 'node:perf_hooks'
+import { measureEach, Report, summarize, type Stats } from '../_util.ts'
+import { cpuSeconds, startRouter, stopAll, tempDir, writeTargetsFile } from '../_children.ts'
+import { quinnBinary, quinnBulk, quinnHandshakes, quinnTls, startQuinnServer, type QuinnTarget, type QuinnTls } from './_quinn.ts'
+import { captureInitial, rawSocket, respin, sendRaw, templateOf } from '../../test/fixtures/quic-raw.ts'
+
+const MIB = 2 ** 20
+const SIZE_MIB = Number(process.env.BENCH_QUIC_MIB ?? 256)
+const FLOOD = Number(process.env.BENCH_QUIC_FLOOD ?? 10_000)
+const SNI = 'stargate-0.stargate.external'
+
+const report = new Report('quic/engine')
+const bin = await quinnBinary()
+if (bin === null) {
+  report.info('skipped', 'quinn-peer cannot be built here (see stderr)')
+  report.finish()
+  process.exit(0)
+}
+const peer: string = bin
+const tls = await quinnTls()
+const server = await startQuinnServer(peer, tls, '127.0.0.1')
+report.info('transfer', `${SIZE_MIB} MiB on one stream, 1350-byte packets, quinn 0.9.3 + rustls 0.20.8 at both ends`)
+
+/** The router with one pod (the quinn server), presenting the quinn CA's leaf, not verifying the pod. */
+async function quicRouter (tlsFiles: QuinnTls, podPort: number, extra: readonly string[] = []): Promise<{ pid: number, port: number }> {
+  const targetsFile = writeTargetsFile(tempDir('quic-engine-targets'), [{ identity: 'stargate-0', address: '127.0.0.1', grpcPort: 50051, quicPort: podPort }])
+  const router = await startRouter({ targetsFile, args: ['--target-namespace', 'stargate', '--tls-cert-path', tlsFiles.certPath, '--tls-key-path', tlsFiles.keyPath, '--quic-insecure', ...extra] })
+  const tunnel = await router.next<{ udp: { port: number } }>((v) => v.msg === 'raw quic tunnel listening')
+  return { pid: router.pid, port: tunnel.udp.port }
+}
+
+const router = await quicRouter(tls, server.port, ['--quic-max-connections', '100000'])
+const direct: QuinnTarget = { connect: `127.0.0.1:${server.port}`, sni: SNI, caPath: tls.caPath }
+const relayed: QuinnTarget = { connect: `127.0.0.1:${router.port}`, sni: SNI, caPath: tls.caPath }
+
+const serverCpuPerGiB: number[] = []
+const routerCpuPerGiB: number[] = []
+async function bulk (target: QuinnTarget, viaRouter: boolean): Promise<number> {
+  // The server reports every stream it received, relayed ones too: each run takes its own report.
+  const received = server.child.next<{ cpu_s: number }>((v) => v.ev === 'bulk_received', 600_000)
+  const cpuBefore = cpuSeconds(router.pid)
+  const result = await quinnBulk(peer, target, SIZE_MIB * MIB, 'up')
+  if (viaRouter) routerCpuPerGiB.push((cpuSeconds(router.pid) - cpuBefore) / (SIZE_MIB / 1024))
+  const serverCpu = (await received).cpu_s
+  if (!viaRouter) serverCpuPerGiB.push(serverCpu / (SIZE_MIB / 1024))
+  return result.mib_s
+}
+
+const measured = await measureEach({
+  directBulk: () => bulk(direct, false),
+  routerBulk: () => bulk(relayed, true),
+  directHandshakes: async () => (await quinnHandshakes(peer, direct, 500, 16)).per_second,
+  routerHandshakes: async () => (await quinnHandshakes(peer, relayed, 500, 16)).per_second,
+}, { samplesPerRound: 1, minRounds: 3, maxRounds: 5, maxSpread: 0.1, warmupMs: 0, maxTimeMs: 240_000 })
+
+function must (stats: Stats | undefined): Stats {
+  if (stats === undefined) throw new Error('case not measured')
+  return stats
+}
+const med = (values: readonly number[]): number => summarize(values, values.length, 0, true).median
+const directBulk = must(measured.directBulk)
+const directName = 'bulk up: quinn → quinn direct, MiB/s'
+report.add({ name: directName, stats: directBulk, unit: '/s', note: `quinn server CPU ${med(serverCpuPerGiB).toFixed(2)} s per GiB received (median of ${serverCpuPerGiB.length})` })
+const cpuRatio = med(routerCpuPerGiB) / med(serverCpuPerGiB)
+report.add({
+  name: 'bulk up: quinn → router → quinn, MiB/s',
+  stats: must(measured.routerBulk),
+  unit: '/s',
+  baseline: directName,
+  target: 0.5 * directBulk.median,
+  note: `target ≥ 0.5 × direct; router CPU ${med(routerCpuPerGiB).toFixed(2)} s per GiB relayed = ${cpuRatio.toFixed(2)} × the quinn server's per GiB received (target ≤ 2: ${cpuRatio <= 2 ? 'met' : 'MISS'})`,
+})
+const directHandshakes = must(measured.directHandshakes)
+const handshakesName = 'handshakes, 16 at a time: quinn → quinn direct'
+report.add({ name: handshakesName, stats: directHandshakes, unit: '/s' })
+report.add({ name: 'new tunnels, 16 at a time: quinn → router → quinn', stats: must(measured.routerHandshakes), unit: '/s', baseline: handshakesName, target: 0.5 * directHandshakes.median, note: 'target ≥ 0.5 × direct' })
+report.info('routerCpuSecondsPerGiB', Number(med(routerCpuPerGiB).toFixed(3)))
+report.info('quinnServerCpuSecondsPerGiB', Number(med(serverCpuPerGiB).toFixed(3)))
+
+// The flood: a router of its own with the default limits (10,000 slots, Retry past 1,000
+// half-open handshakes, 64 per address).
+const floodRouter = await quicRouter(tls, server.port)
+const template = templateOf(await captureInitial({ teardown: () => {} }, SNI))
+const initials = Array.from({ length: FLOOD }, () => respin(template))
+const sockets: Socket[] = await Promise.all(Array.from({ length: 50 }, async () => rawSocket({ teardown: () => {} })))
+let pylon: Promise<{ handshake_ms: number }> | null = null
+const floodStart = performance.now()
+for (let sent = 0; sent < initials.length; sent += 250) {
+  if (pylon === null && sent >= initials.length / 2) pylon = quinnHandshakes(peer, { ...relayed, connect: `127.0.0.1:${floodRouter.port}` }, 1, 1).then((r) => ({ handshake_ms: r.latencies_ms[0] ?? Number.NaN }))
+  const batch: Array<Promise<void>> = []
+  for (let i = sent; i < Math.min(initials.length, sent + 250); i++) batch.push(sendRaw(sockets[i % sockets.length] as Socket, floodRouter.port, initials[i] as Buffer))
+  await Promise.all(batch)
+}
+const floodMs = performance.now() - floodStart
+for (const s of sockets) s.close()
+const pylonResult = await (pylon ?? Promise.reject(new Error('the Pylon never dialed')))
+report.add({
+  name: `a real Pylon's handshake during ${FLOOD} spoofed Initials`,
+  stats: summarize([pylonResult.handshake_ms * 1e6], 1, 0, true),
+  unit: 'ms',
+  target: 1000,
+  note: `the flood took ${floodMs.toFixed(0)} ms to send from 50 source ports; a Retry round trip included`,
+})
+
+await stopAll()
+const result = report.finish()
+for (const c of result.cases) if (c.note !== undefined) console.error(`  ${c.name}: ${c.note}`)
+process.exit(0)
