@@ -6,7 +6,7 @@
 import t from 'tap'
 import { FakeKubeApiServer } from '../fixtures/kube-apiserver.ts'
 import { NAMESPACE, stargateSlice } from '../fixtures/kube-router.ts'
-import { startProcess, tempDir } from '../fixtures/router-process.ts'
+import { GRPC_PYLON_DIAL_ADDR, startProcess, tempDir } from '../fixtures/router-process.ts'
 import { StubStargate } from '../fixtures/stub-stargate.ts'
 import { Pylon } from '../fixtures/pylon.ts'
 import { openFds, probe, getOnce } from '../fixtures/fault-probe.ts'
@@ -23,7 +23,7 @@ t.test('the API server killed mid-watch and back, twice: the router serves on, c
   t.teardown(() => { stub.kill() })
   fake.apply(stargateSlice('stargate-a', [{ pod: 'stargate-0', ip: '127.0.1.91' }], { ports: { grpc: stub.port, quic: 50052 } }))
   const kubeconfig = await fake.writeKubeconfig(await tempDir(t, 'stargate-kubeconfig-'))
-  const p = await startProcess(t, ['--target-namespace', NAMESPACE, '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0'], { KUBECONFIG: kubeconfig })
+  const p = await startProcess(t, ['--target-namespace', NAMESPACE, '--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR, '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0'], { KUBECONFIG: kubeconfig })
   const listening = await waitFor(() => p.logs().find((l) => l.msg === 'stargate router listening'), { timeoutMs: 60_000, message: 'the listening log line' })
   const router = probe((listening.health as { port: number }).port)
   const frontDoor = (listening.frontDoor as { port: number }).port

@@ -41,7 +41,7 @@ t.test('clients vanishing at every phase cost only their own connection, and lea
   t.teardown(() => { stub.kill(); llm.close() })
   const targets = join(dir, 'targets.yaml')
   await writeFile(targets, `targets:\n  - {identity: stargate-0, address: ${IP}, grpcPort: ${stub.port}, quicPort: 50052, httpPort: ${llm.port}}\n`)
-  const { p, health, frontDoor } = await startReadyRouter(t, ['--targets-file', targets, '--tls-cert-path', join(dir, 'tls', 'tls.crt'), '--tls-key-path', join(dir, 'tls', 'tls.key')])
+  const { p, health, frontDoor } = await startReadyRouter(t, ['--targets-file', targets, '--front-door-tls', '--tls-cert-path', join(dir, 'tls', 'tls.crt'), '--tls-key-path', join(dir, 'tls', 'tls.key')])
   const router = probe(health)
   const pid = p.child.pid as number
   const secure = (alpn: string): Promise<tls.TLSSocket> => new Promise((resolve, reject) => {
