@@ -10,6 +10,7 @@
  */
 import t from 'tap'
 import net from 'node:net'
+import tls from 'node:tls'
 import { join } from 'node:path'
 import { access, readFile, writeFile } from 'node:fs/promises'
 import { GRPC_PYLON_DIAL_ADDR, exitWithin, startProcess, tempDir } from '../fixtures/router-process.ts'
@@ -20,6 +21,10 @@ import { StubStargateQuic } from '../fixtures/quic-stargate.ts'
 import { PylonTunnel } from '../fixtures/quic-pylon.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import { holdOpenEnv } from '../fixtures/hold-open.ts'
+import { StubPods } from '../fixtures/stub-pods.ts'
+import { RawH2Client } from '../fixtures/raw-h2.ts'
+import { createCa, createLeaf } from '../fixtures/certs.ts'
+import { WATCH_STARGATES } from '../fixtures/stargate-watch-client.ts'
 
 t.setTimeout(120_000)
 
@@ -125,3 +130,35 @@ t.test('SIGTERM ends the router within the drain timeout + 1 s with streams, stu
   t.notOk(stuck.data.startsWith('HTTP/1.1 200'), 'the unanswered request got no success')
 })
 
+
+t.test('with TLS on the front door, an idle TLS connection, an h2 stream never finished and a half-done handshake do not hold the shutdown', async (t) => {
+  // In-process (the sockets outlive nothing here: what closes them is the router's shutdown).
+  const ca = await createCa({ name: 'shutdown tls ca' })
+  const leaf = await createLeaf(ca, { dnsNames: ['router.example'] })
+  const dir = await tempDir(t)
+  await writeFile(join(dir, 'tls.crt'), leaf.chainPem)
+  await writeFile(join(dir, 'tls.key'), leaf.keyPem)
+  const drainMs = 1000
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--front-door-tls', '--tls-cert-path', join(dir, 'tls.crt'), '--tls-key-path', join(dir, 'tls.key'), '--shutdown-drain-timeout-ms', String(drainMs)] })
+  const port = pods.kube.frontDoorPort
+  const idle = await new Promise<tls.TLSSocket>((resolve, reject) => {
+    const socket = tls.connect({ port, host: '127.0.0.1', servername: 'router.example', ca: ca.certPem, ALPNProtocols: ['http/1.1'] }, () => { resolve(socket) })
+    socket.once('error', reject)
+  })
+  idle.on('error', () => {})
+  t.teardown(() => { idle.destroy() })
+  let idleClosed = false
+  idle.once('close', () => { idleClosed = true })
+  const h2 = await RawH2Client.connectTls(port, { ca: ca.certPem, servername: 'router.example' })
+  t.teardown(() => { h2.socket.destroy() })
+  h2.headers(1, [[':method', 'POST'], [':scheme', 'https'], [':path', WATCH_STARGATES], [':authority', 'router.example'], ['content-type', 'application/grpc'], ['te', 'trailers']], false)
+  const half = await connect(port, '\u0016\u0003\u0001\u0002\u0000\u0001')
+
+  const started = Date.now()
+  await pods.kube.router.shutdown()
+  const tookMs = Date.now() - started
+  t.ok(tookMs < drainMs + 1000 + SLACK_MS, `shutdown done in ${tookMs} ms (drain ${drainMs} ms)`)
+  t.ok(await waitFor(() => idleClosed, { message: 'the idle TLS connection closed' }), 'the idle TLS connection is closed')
+  t.ok(await waitFor(() => h2.closed, { message: 'the h2 session closed' }), 'the h2 session with its open stream is closed')
+  t.ok(await waitFor(() => half.closedAt !== null, { message: 'the half-done handshake closed' }), 'the half-done handshake is closed')
+})
