@@ -62,9 +62,9 @@ type Phase =
  * shutdown keeps to that budget itself (server/router.ts); this is the backstop if it did not,
  * e.g. a close() that never settles: log, and exit 1 at the end of the second.
  */
-function armShutdownWatchdog (logger: Logger, deadline: number): void {
+function armShutdownWatchdog (logger: Logger, deadline: number, drainMs: number): void {
   setTimeout(() => {
-    logger.error({ afterMs: Date.now() - deadline + SHUTDOWN_BUDGET_EXTRA_MS }, 'shutdown did not finish within the drain timeout + 1 s: exiting')
+    logger.error({ drainMs, budgetMs: drainMs + SHUTDOWN_BUDGET_EXTRA_MS }, 'shutdown did not finish within the drain timeout + 1 s: exiting')
     exitAfterLogs(logger, 1, 0)
   }, Math.max(0, deadline - Date.now()))
 }
@@ -87,7 +87,7 @@ function handleSignals (logger: Logger, drainMs: number): { running (shutdown: (
         const { shutdown } = phase
         phase = { kind: 'stopping' }
         const deadline = Date.now() + drainMs + SHUTDOWN_BUDGET_EXTRA_MS
-        armShutdownWatchdog(logger, deadline)
+        armShutdownWatchdog(logger, deadline, drainMs)
         logger.info({ signal }, 'signal received')
         // The last lines may take what is left of the budget to flush, no more.
         shutdown().then(() => {
