@@ -28,8 +28,8 @@ function fail (code: 1 | 2, message: string): never {
  * back at once otherwise), hence the destination below. A stdout nobody reads must not hold
  * the exit: 2 s at most.
  */
-function exitAfterLogs (logger: Logger, code: number): void {
-  setTimeout(() => { process.exit(code) }, 2000)
+function exitAfterLogs (logger: Logger, code: number, maxWaitMs = 2000): void {
+  setTimeout(() => { process.exit(code) }, Math.max(0, maxWaitMs))
   logger.flush(() => { process.exit(code) })
 }
 
@@ -57,7 +57,22 @@ type Phase =
   | { readonly kind: 'running', shutdown (): Promise<void> }
   | { readonly kind: 'stopping' }
 
-function handleSignals (logger: Logger): { running (shutdown: () => Promise<void>): void } {
+/**
+ * SPEC §11: the process is gone within the drain timeout + 1 s whatever is open. The router's
+ * shutdown keeps to that budget itself (server/router.ts); this is the backstop if it did not,
+ * e.g. a close() that never settles: log, and exit 1 at the end of the second.
+ */
+function armShutdownWatchdog (logger: Logger, deadline: number, drainMs: number): void {
+  setTimeout(() => {
+    logger.error({ drainMs, budgetMs: drainMs + SHUTDOWN_BUDGET_EXTRA_MS }, 'shutdown did not finish within the drain timeout + 1 s: exiting')
+    exitAfterLogs(logger, 1, 0)
+  }, Math.max(0, deadline - Date.now()))
+}
+
+/** The budget past the drain timeout (SPEC §11). */
+const SHUTDOWN_BUDGET_EXTRA_MS = 1000
+
+function handleSignals (logger: Logger, drainMs: number): { running (shutdown: () => Promise<void>): void } {
   let phase: Phase = { kind: 'starting' }
   const onSignal = (signal: NodeJS.Signals): void => {
     switch (phase.kind) {
@@ -71,12 +86,15 @@ function handleSignals (logger: Logger): { running (shutdown: () => Promise<void
       case 'running': {
         const { shutdown } = phase
         phase = { kind: 'stopping' }
+        const deadline = Date.now() + drainMs + SHUTDOWN_BUDGET_EXTRA_MS
+        armShutdownWatchdog(logger, deadline, drainMs)
         logger.info({ signal }, 'signal received')
+        // The last lines may take what is left of the budget to flush, no more.
         shutdown().then(() => {
-          exitAfterLogs(logger, 0)
+          exitAfterLogs(logger, 0, deadline - Date.now())
         }, (err: unknown) => {
           logger.error({ err }, 'shutdown failed')
-          exitAfterLogs(logger, 1)
+          exitAfterLogs(logger, 1, deadline - Date.now())
         })
         break
       }
@@ -103,7 +121,7 @@ async function main (): Promise<void> {
   const logger = config.logFormat === 'json'
     ? createLogger({ level: config.logLevel, format: 'json', destination: pino.destination({ dest: 1, sync: false, minLength: 1 }) })
     : createLogger({ level: config.logLevel, format: config.logFormat })
-  const signals = handleSignals(logger)
+  const signals = handleSignals(logger, config.shutdownDrainTimeoutMs)
   // After the handlers: from this line on a signal ends the start-up cleanly.
   logger.info({
     listenAddr: config.listenAddr,

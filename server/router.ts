@@ -27,6 +27,13 @@ import { HealthServer } from '../lib/health/server.ts'
 import { Readiness, snapshotReadiness, stalenessReadiness } from '../lib/health/readiness.ts'
 import { createMetrics, type RouterMetrics } from '../lib/metrics/metrics.ts'
 import type { Logger } from '../lib/log.ts'
+import { settleWithin } from './shutdown-steps.ts'
+
+/**
+ * Of the second the shutdown has past the drain timeout, what is kept for the last log lines
+ * and the exit (server/main.ts's watchdog ends the process at the full second).
+ */
+export const SHUTDOWN_EXIT_MARGIN_MS = 200
 
 export interface RouterDeps {
   readonly logger: Logger
@@ -46,7 +53,7 @@ export interface RunningRouter {
   readonly readiness: Readiness
   readonly upstreamPool: UpstreamPool
   readonly registrations: RegistrationForwarder
-  /** Graceful shutdown (SPEC §11); idempotent. */
+  /** Graceful shutdown (SPEC §11), done within the drain timeout + 1 s minus SHUTDOWN_EXIT_MARGIN_MS; idempotent. */
   shutdown (): Promise<void>
 }
 
@@ -214,20 +221,34 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   let stopping: Promise<void> | null = null
   const shutdown = (): Promise<void> => {
     stopping ??= (async () => {
+      // SPEC §11: gone within the drain timeout + 1 s whatever is open; the last lines and the
+      // exit itself get SHUTDOWN_EXIT_MARGIN_MS of that second.
+      const startedAt = Date.now()
+      const drainMs = config.shutdownDrainTimeoutMs
+      const endBy = startedAt + drainMs + 1000 - SHUTDOWN_EXIT_MARGIN_MS
       readiness.startDraining()
-      logger.info({ drainMs: config.shutdownDrainTimeoutMs }, 'shutting down: draining connections')
+      logger.info({ drainMs }, 'shutting down: draining connections')
       watchHub.close(SHUTDOWN_MESSAGE)
       runningTunnel.stopAccepting()
-      await frontDoor.close(config.shutdownDrainTimeoutMs, () => { registrations.endAll(SHUTDOWN_MESSAGE) })
-      await runningTunnel.close()
+      // The front door cuts what is still open at the drain deadline (and is gone
+      // STATUS_FLUSH_MS + 500 ms later at most). Tunnels drain as long, side by side: they
+      // are closed once the front door has drained or at the deadline, whichever comes first.
+      const frontDoorClosed = frontDoor.close(drainMs, () => { registrations.endAll(SHUTDOWN_MESSAGE) })
+      await settleWithin({ frontDoor: frontDoorClosed }, drainMs)
+      const tunnelsClosed = runningTunnel.close()
+      const late = await settleWithin({ 'front door': frontDoorClosed }, endBy - Date.now())
       registrations.close()
-      upstreamPool.close(1000)
-      await peers?.close()
-      await source.stop()
-      await tls.manager.close()
-      await httpPods.close()
-      await health.close()
-      logger.info('shutdown complete')
+      upstreamPool.close(Math.max(0, endBy - Date.now()))
+      late.push(...await settleWithin({
+        tunnels: tunnelsClosed,
+        peers: peers?.close(),
+        discovery: source.stop(),
+        tls: tls.manager.close(),
+        'http pods': httpPods.close(Math.max(0, endBy - Date.now() - 100)),
+        health: health.close(),
+      }, endBy - Date.now()))
+      if (late.length > 0) logger.warn({ steps: late }, 'shutdown: steps still running at the deadline were left behind')
+      logger.info({ elapsedMs: Date.now() - startedAt }, 'shutdown complete')
     })()
     return stopping
   }

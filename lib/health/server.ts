@@ -48,6 +48,9 @@ export class HealthServer {
     const limits = options.limits ?? DEFAULT_HEALTH_LIMITS
     const app = Fastify({
       logger: false,
+      // close() ends every connection, idle or not (a partial head would otherwise hold it for
+      // the header timeout): the health listener closes last in a shutdown (SPEC §11).
+      forceCloseConnections: true,
       keepAliveTimeout: limits.keepAliveTimeoutMs,
       requestTimeout: limits.requestTimeoutMs,
       // Node checks header and request deadlines on this interval (30 s by default).

@@ -76,12 +76,16 @@ export class HttpPods {
     this.#rebuild(this.#options.snapshot.current())
   }
 
-  async close (): Promise<void> {
+  /**
+   * Closes every pool: requests in flight may finish for graceMs (by default closeGraceMs), then
+   * their connections are destroyed. Shutdown passes what is left of its budget.
+   */
+  async close (graceMs: number = this.#options.closeGraceMs): Promise<void> {
     this.#unsubscribe()
     const pods = [...this.#byIdentity.values()]
     this.#byIdentity = new Map()
     this.#candidates = []
-    await Promise.all(pods.map(async (pod) => { await this.#retire(pod) }))
+    await Promise.all(pods.map(async (pod) => { await this.#retire(pod, graceMs) }))
   }
 
   #rebuild (snapshot: TargetSnapshot): void {
@@ -120,8 +124,8 @@ export class HttpPods {
     return { target, httpPort, pool, generation, inflight: 0 }
   }
 
-  async #retire (pod: HttpPod): Promise<void> {
-    const timer = setTimeout(() => { void pod.pool.destroy() }, this.#options.closeGraceMs)
+  async #retire (pod: HttpPod, graceMs: number = this.#options.closeGraceMs): Promise<void> {
+    const timer = setTimeout(() => { void pod.pool.destroy() }, graceMs)
     timer.unref()
     try {
       await pod.pool.close()

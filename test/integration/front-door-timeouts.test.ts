@@ -18,7 +18,7 @@ import { join } from 'node:path'
 const SHORT = ['--http-headers-timeout-ms', '400', '--http-keep-alive-timeout-ms', '400', '--http2-session-idle-timeout-ms', '400']
 const HOST = 'stargate-0.stargate.external'
 /** The opt-in that makes the front door TLS, besides a server identity. */
-const FRONT_DOOR_TLS: readonly string[] = []
+const FRONT_DOOR_TLS: readonly string[] = ['--front-door-tls']
 
 /** A raw connection: what it received and when the router closed it. */
 function rawConnection (port: number, bytes: string): { socket: net.Socket, closed: Promise<string> } {
