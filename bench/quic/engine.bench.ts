@@ -91,7 +91,7 @@ report.add({
   unit: '/s',
   baseline: directName,
   target: 0.5 * directBulk.median,
-  note: `target ≥ 0.5 × direct; router CPU ${med(routerCpuPerGiB).toFixed(2)} s per GiB relayed = ${cpuRatio.toFixed(2)} × the quinn server's per GiB received (target ≤ 2: ${cpuRatio <= 2 ? 'met' : 'MISS'})`,
+  note: `target ≥ 0.5 × direct; router CPU ${med(routerCpuPerGiB).toFixed(2)} s per GiB relayed = ${cpuRatio.toFixed(3)} × the quinn server's per GiB received (target ≤ 2: ${cpuRatio <= 2 ? 'met' : 'MISS'})`,
 })
 const directHandshakes = must(measured.directHandshakes)
 const handshakesName = 'handshakes, 16 at a time: quinn → quinn direct'
