@@ -114,7 +114,7 @@ report.add({
   unit: '/s',
   baseline: directName,
   target: 0.5 * directBulk.median,
-  note: `target ≥ 0.5 × direct; router CPU ${med(routerCpuPerGiB).toFixed(2)} s per GiB relayed = ${cpuRatio.toFixed(3)} × the quinn server's per GiB received (target ≤ 2: ${cpuRatio <= 2 ? 'met' : 'MISS'}); the addon's callbacks took ${(100 * med(busyShare)).toFixed(0)} % of that CPU (wall time in them over the router's CPU time); ${med(syscallsPerMiB).toFixed(1)} engine socket calls (sendmmsg + recvmmsg, both legs) per MiB relayed`,
+  note: `target ≥ 0.5 × direct; router CPU ${med(routerCpuPerGiB).toFixed(2)} s per GiB relayed = ${cpuRatio.toFixed(3)} × the quinn server's per GiB received (target ≤ 2: ${cpuRatio <= 2 ? 'met' : 'MISS'}); wall time in the addon's callbacks ${(100 * med(busyShare)).toFixed(0)} % of that CPU time (not a CPU share); ${med(syscallsPerMiB).toFixed(1)} engine socket calls (sendmmsg + recvmmsg, both legs) per MiB relayed`,
 })
 const directHandshakes = must(measured.directHandshakes)
 const handshakesName = 'handshakes, 16 at a time: quinn → quinn direct'

@@ -185,7 +185,7 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
     }),
     quicEngineBusySeconds: new Counter({
       name: PREFIX + 'quic_engine_busy_seconds_total',
-      help: 'Time the QUIC engine spent in its native event-loop callbacks (packet I/O, ngtcp2, TLS, native splice and datagram bridge), JavaScript excluded: its share of the router\'s CPU',
+      help: 'Time the QUIC engine spent in its native event-loop callbacks (packet I/O, ngtcp2, TLS, native splice and datagram bridge), JavaScript excluded (wall time, not CPU time: it can exceed the process CPU)',
       registers,
       collect () {
         if (engineIo === null) return
