@@ -59,6 +59,8 @@ export interface EngineIo {
   readonly recvCalls: number
   readonly txDatagrams: number
   readonly rxDatagrams: number
+  /** Nanoseconds inside the engine's libuv callbacks, JavaScript excluded. */
+  readonly busyNs: number
 }
 
 export interface RelayedBytes {
@@ -77,6 +79,7 @@ export interface RawQuicMetrics {
   readonly quicHandshakeFailures: Counter<'reason'>
   readonly quicEngineSyscalls: Counter<'call'>
   readonly quicEngineDatagrams: Counter<'direction'>
+  readonly quicEngineBusySeconds: Counter
   /** Where the engine's I/O counters are read at scrape time. */
   setEngineSource (source: () => EngineIo): void
   /** Where quic_relayed_bytes_total reads its (monotonic) totals at scrape time. */
@@ -93,7 +96,7 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
   const reportedDrops: Record<DropReason, number> = { malformed: 0, unknown_connection: 0, connection_limit: 0, invalid_token: 0, pending_limit: 0, closing: 0 }
   const reportedStateless: Record<StatelessPacket, number> = { retry: 0, stateless_reset: 0, version_negotiation: 0 }
   let engineIo: (() => EngineIo) | null = null
-  const reportedIo = { sendCalls: 0, recvCalls: 0, txDatagrams: 0, rxDatagrams: 0 }
+  const reportedIo = { sendCalls: 0, recvCalls: 0, txDatagrams: 0, rxDatagrams: 0, busyNs: 0 }
   const advance = (counter: Counter<string>, label: Record<string, string>, key: keyof typeof reportedIo, now: number): void => {
     counter.labels(label).inc(Math.max(0, now - reportedIo[key]))
     reportedIo[key] = Math.max(reportedIo[key], now)
@@ -178,6 +181,17 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
         const now = engineIo()
         advance(this, { direction: 'tx' }, 'txDatagrams', now.txDatagrams)
         advance(this, { direction: 'rx' }, 'rxDatagrams', now.rxDatagrams)
+      },
+    }),
+    quicEngineBusySeconds: new Counter({
+      name: PREFIX + 'quic_engine_busy_seconds_total',
+      help: 'Time the QUIC engine spent in its native event-loop callbacks (packet I/O, ngtcp2, TLS, native splice and datagram bridge), JavaScript excluded (wall time, not CPU time: it can exceed the process CPU)',
+      registers,
+      collect () {
+        if (engineIo === null) return
+        const now = engineIo().busyNs
+        this.inc(Math.max(0, now - reportedIo.busyNs) / 1e9)
+        reportedIo.busyNs = Math.max(reportedIo.busyNs, now)
       },
     }),
     quicDatagramsDropped: new Counter({

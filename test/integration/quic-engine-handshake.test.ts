@@ -10,7 +10,8 @@ import { randomBytes } from 'node:crypto'
 import { createSocket } from 'node:dgram'
 import { clientHello, scatteredHello } from '../fixtures/quic-initial.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import { closed, dial, engineTls, established, listen } from '../fixtures/quic-engine.ts'
+import { closed, dial, engineTls, established, listen, readToEnd } from '../fixtures/quic-engine.ts'
+import type { QuicStream } from '../../lib/quic/stream.ts'
 import { APPLICATION_ERROR } from '../../lib/quic/endpoint.ts'
 import { ClientCredentials } from '../../lib/quic/credentials.ts'
 
@@ -150,4 +151,31 @@ t.test('mTLS: a server requiring client certificates refuses a client without on
   const chain = accepted.peerCertificates()
   t.equal(chain.length, 1, 'the server sees the client certificate chain')
   t.ok(chain[0]?.equals(Buffer.from(pylon.x509.raw)), 'the leaf, as DER')
+})
+
+t.test('after a restart with the same reset secret, a client of the old process gets a stateless reset and learns at once', async (t) => {
+  const tls = await engineTls(t)
+  const resetSecret = randomBytes(32)
+  const first = listen(t, '127.0.3.52', tls.serverCredentials, { resetSecret })
+  const port = first.endpoint.port
+  const client = dial(t, '127.0.3.52', port, { credentials: tls.clientCredentials, transport: { idleTimeoutMs: 60_000 } })
+  await established(client)
+  // One round trip on a stream first, so the handshake is confirmed on both sides (a client
+  // that still sends Handshake packets is not in the state a long-lived tunnel is in).
+  const server = first.connections[0]
+  if (server === undefined) return t.fail('no server connection')
+  server.on('stream', (s: QuicStream) => { readToEnd(s).then(({ data }) => { s.end(data) }, () => {}) })
+  const ping = client.openStream(true)
+  if (ping === null) return t.fail('no stream')
+  ping.end(Buffer.from('ping'))
+  t.equal((await readToEnd(ping)).data.toString(), 'ping', 'the old process answered')
+  // The old process ends without a word: its connections forgotten, its socket closed.
+  for (const conn of first.connections) conn.destroy()
+  first.endpoint.close()
+  const second = listen(t, '127.0.3.52', tls.serverCredentials, { resetSecret, port })
+  // Big enough that a reset (smaller than its trigger, RFC 9000 §10.3) can carry its token.
+  client.openStream(true)?.write(randomBytes(1000))
+  const info = await closed(client)
+  t.equal(info.kind, 'stateless_reset', 'the client closed on a stateless reset, not after its 60 s idle timeout')
+  t.ok((second.endpoint.stats()?.statelessResets ?? 0) >= 1, 'sent by the new endpoint')
 })

@@ -52,6 +52,10 @@ t.test('large payloads arrive intact both ways, on concurrent streams from eithe
   t.same(await reply, { sha256: expected, bytes: payload.length }, 'stargate stream: 4 MiB there and back')
   const relayed = await cluster.kube.metric('stargate_k8s_router_quic_relayed_bytes_total', { direction: 'client_to_stargate' }) ?? 0
   t.ok(relayed >= 4 * payload.length, `relayed bytes are counted (${relayed})`)
+  const calls = await cluster.kube.metric('stargate_k8s_router_quic_engine_syscalls_total', { call: 'recv' }) ?? 0
+  t.ok(calls > 0, `the engine's socket calls are counted (${calls} recvmmsg)`)
+  const busy = await cluster.kube.metric('stargate_k8s_router_quic_engine_busy_seconds_total') ?? 0
+  t.ok(busy > 0, `and the time it spent in its callbacks (${busy.toFixed(3)} s)`)
 })
 
 t.test('unidirectional streams are relayed both ways', async (t) => {

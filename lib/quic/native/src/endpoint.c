@@ -770,6 +770,16 @@ static void dispatch(qendpoint *ep, const uint8_t *data, size_t len, const struc
     return;
   }
   if (!ep->listening) {
+    /* A client leg's own socket carries one connection. A short-header packet under a
+       connection ID it does not know may be the server's stateless reset (its first bytes are
+       random, RFC 9000 §10.3): only ngtcp2 can tell, from the token, so it gets the packet
+       (and drops it when it is not one). */
+    if (ep->connected && !(data[0] & 0x80)) {
+      QMAP_EACH(&ep->cids, i) {
+        conn_read(ep->cids.slots[i].val, data, len, from, fromlen);
+        return;
+      }
+    }
     ep->c_drop_unknown++;
     return;
   }
