@@ -47,6 +47,8 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     keepAliveMs: config.relayKeepAliveMs,
     maxConcurrentStreams: config.http2MaxConcurrentStreams,
     maxHeaderListSize: config.http2MaxHeaderListBytes,
+    maxSessionsPerConnection: config.webTransportMaxSessionsPerConnection,
+    maxSessions: config.webTransportMaxSessions,
     metrics,
     logger,
     onTlsError: () => { context.metrics.tlsHandshakeFailures.labels('webtransport').inc() },

@@ -116,6 +116,10 @@ export const FLAGS: readonly FlagSpec[] = [
   flag('upstream-tls-system-ca', 'bool', 'false', 'with --upstream-tls, also trust the system CA store for Stargate certificates (without it a trust bundle is required)'),
   flag('trusted-proxy-cidrs', 'list', undefined, 'repeatable or comma-separated: proxies (CIDR blocks or addresses) whose x-forwarded-for, forwarded and x-real-ip are believed; from other peers they are replaced'),
 
+  // WebTransport sessions (issue 16)
+  flag('webtransport-max-sessions-per-connection', 'int', '1', 'WebTransport sessions one Pylon connection may hold at once (429 above it over HTTP/2; the HTTP/3 max-sessions setting); each has its own upstream connection'),
+  flag('webtransport-max-sessions', 'int', '10000', 'WebTransport sessions (waiting for the pod or bridged) the router holds at once (503 above it)'),
+
   // Logging
   flag('log-level', 'string', 'info', 'pino log level', { choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }),
   flag('log-format', 'string', 'json', 'json lines, or pretty for humans', { choices: ['json', 'pretty'] }),

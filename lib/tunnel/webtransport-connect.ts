@@ -28,6 +28,9 @@ export const REJECTIONS = {
   upstream_no_webtransport: { status: 502, outcome: 'upstream_connect_error', message: 'stargate target does not accept extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL)' },
   upstream_no_answer: { status: 504, outcome: 'upstream_connect_error', message: 'stargate target did not answer the session request in time' },
   shutting_down: { status: 503, outcome: null, message: 'router is shutting down' },
+  // Session caps (issue 16): counted in webtransport_sessions_refused_total, not as an outcome.
+  connection_session_limit: { status: 429, outcome: null, message: 'too many webtransport sessions on this connection; open another connection' },
+  total_session_limit: { status: 503, outcome: null, message: 'the router carries as many webtransport sessions as it may; retry later' },
 } as const satisfies Record<string, { status: number, outcome: WebTransportOutcome | null, message: string }>
 
 export type RejectionCode = keyof typeof REJECTIONS
