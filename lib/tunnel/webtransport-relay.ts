@@ -181,10 +181,11 @@ export class WebTransportRelay {
     return this.#address
   }
 
-  async listen (): Promise<AddressInfo> {
+  /** Listens on port (default: the option), e.g. the number the HTTP/3 listener got on UDP. */
+  async listen (port: number = this.#options.port): Promise<AddressInfo> {
     await new Promise<void>((resolve, reject) => {
       this.#server.once('error', reject)
-      this.#server.listen(this.#options.port, this.#options.host, () => {
+      this.#server.listen(port, this.#options.host, () => {
         this.#server.off('error', reject)
         resolve()
       })

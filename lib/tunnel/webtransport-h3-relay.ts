@@ -1,0 +1,274 @@
+/**
+ * WebTransport over HTTP/3 on the tunnel's UDP port (SPEC §7), as the Rust router, the real
+ * Pylon and the real Stargate speak it, on the QUIC engine.
+ *
+ *   Initial ──SNI (read from the ClientHello before any handshake work)──▶ routed?
+ *     no  → refused in the Initial: `missing target SNI` / `unknown target SNI` /
+ *           `target stargate not ready`, counted under that outcome
+ *     yes → accepted with ALPN h3 and the current server credentials (`accepted` counted)
+ *           → a WebTransportH3Tunnel (webtransport-h3-tunnel.ts) carries the session
+ *
+ * Policy lives here: the session cap (--webtransport-max-sessions, pending and bridged; the
+ * per-connection cap is the HTTP/3 max-sessions setting), the upstream trust in force for new
+ * dials and the tunnels verified under an older one (closed, `trust_replaced`), client
+ * certificates that no longer verify after a client-trust change, tunnels to pods that left the
+ * ready set (closed after --drain-grace-ms with `target stargate left the ready set`), and
+ * shutdown (`router shutdown` on every session, then the connections).
+ */
+import { X509Certificate } from 'node:crypto'
+import type { QuicEngine } from '../quic/engine.ts'
+import type { QuicConnection } from '../quic/connection.ts'
+import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
+import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../quic/endpoint.ts'
+import type { QuicH3Options } from '../quic/h3/quic-h3.ts'
+import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import { resolveSni } from '../routing/resolve.ts'
+import type { Logger } from '../log.ts'
+import type { TrustBundle } from '../tls/types.ts'
+import { verifiesAgainst } from '../tls/client-cert.ts'
+import { REJECTIONS, type RejectionCode } from './webtransport-connect.ts'
+import type { WebTransportMetrics } from './webtransport-metrics.ts'
+import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './webtransport-h3-tunnel.ts'
+
+export const H3_CLOSE_REASONS = {
+  shutdown: 'router shutdown',
+  trustReplaced: 'upstream trust replaced',
+  clientTrustReplaced: 'client trust replaced',
+  leftReadySet: 'target stargate left the ready set',
+} as const
+
+export interface UpstreamQuicTrust {
+  readonly credentials: ClientCredentials
+  /** Names the trust; tunnels dialed under another key are closed when it changes. */
+  readonly key: string
+}
+
+export interface WebTransportH3RelayOptions {
+  readonly engine: QuicEngine
+  readonly host: string
+  readonly port: number
+  readonly snapshot: SnapshotReader
+  readonly template: HostnameTemplate
+  /** Credentials for new Pylon connections (null: no identity, every connection refused). */
+  readonly serverCredentials: () => ServerCredentials | null
+  readonly upstreamTrust: () => UpstreamQuicTrust
+  readonly connectTimeoutMs: number
+  readonly idleTimeoutMs: number
+  /** 0 disables keep-alive PINGs. */
+  readonly keepAliveMs: number
+  readonly drainGraceMs: number
+  /** Sessions (waiting for the pod or bridged) at once. */
+  readonly maxSessions: number
+  /** The HTTP/3 max-sessions setting offered to Pylons. */
+  readonly maxSessionsPerConnection: number
+  readonly maxFieldSectionSize: number
+  readonly limits?: QuicEndpointLimits
+  readonly metrics: WebTransportMetrics
+  readonly logger: Logger
+}
+
+export class WebTransportH3Relay implements TunnelHost {
+  readonly h3Options: QuicH3Options
+  readonly connectTimeoutMs: number
+  readonly #options: WebTransportH3RelayOptions
+  readonly #tunnels = new Set<WebTransportH3Tunnel>()
+  /** Sessions admitted (dialing or bridged) whose outcome is not final yet: what --webtransport-max-sessions bounds. */
+  #sessions = 0
+  /** Tunnels of pods that left the ready set, and when they are closed. */
+  readonly #draining = new Map<WebTransportH3Tunnel, NodeJS.Timeout>()
+  #endpoint: QuicEndpoint | null = null
+  #unsubscribe: (() => void) | null = null
+  #accepting = true
+  #closing: Promise<void> | null = null
+
+  constructor (options: WebTransportH3RelayOptions) {
+    this.#options = options
+    this.connectTimeoutMs = options.connectTimeoutMs
+    this.h3Options = {
+      maxFieldSectionSize: options.maxFieldSectionSize,
+      webTransportMaxSessions: options.maxSessionsPerConnection,
+    }
+  }
+
+  /** Tunnels open now (any state). */
+  get tunnels (): number {
+    return this.#tunnels.size
+  }
+
+  get endpoint (): QuicEndpoint | null {
+    return this.#endpoint
+  }
+
+  /** Binds the UDP port (port overrides the option: the HTTP/2 listener's when that was 0). */
+  listen (port: number = this.#options.port): { readonly address: string, readonly port: number } {
+    const { engine, host } = this.#options
+    this.#endpoint = engine.listen({
+      host,
+      port,
+      ...this.#options.limits,
+      transport: this.#transport(),
+      onProposal: (proposal) => { this.#onProposal(proposal) },
+    })
+    this.#unsubscribe = this.#options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
+    return { address: this.#endpoint.address, port: this.#endpoint.port }
+  }
+
+  /** Unbinds the UDP port again (before any tunnel: the TCP listener could not take the same number). */
+  unlisten (): void {
+    this.#unsubscribe?.()
+    this.#unsubscribe = null
+    this.#endpoint?.close()
+    this.#endpoint = null
+  }
+
+  /** Shutdown has begun: new connections are refused; open tunnels keep relaying. */
+  stopAccepting (): void {
+    this.#accepting = false
+  }
+
+  /** Closes tunnels dialed under another upstream trust (outcome trust_replaced); returns how many. */
+  closeTrust (currentKey: string): number {
+    let closed = 0
+    for (const tunnel of this.#tunnels) {
+      if (tunnel.up === null || tunnel.trustKey === currentKey || tunnel.state === 'closing' || tunnel.state === 'closed') continue
+      tunnel.close(H3_CLOSE_REASONS.trustReplaced, 'trust_replaced')
+      closed++
+    }
+    return closed
+  }
+
+  /** After a client-trust change: closes tunnels whose Pylon certificate no longer verifies. */
+  closeUntrustedClients (bundle: TrustBundle, now: Date = new Date()): number {
+    let closed = 0
+    for (const tunnel of this.#tunnels) {
+      if (tunnel.state === 'closing' || tunnel.state === 'closed') continue
+      const chain = tunnel.down.quic.peerCertificates().map((der) => new X509Certificate(der))
+      if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
+      tunnel.close(H3_CLOSE_REASONS.clientTrustReplaced, 'trust_replaced')
+      closed++
+    }
+    return closed
+  }
+
+  /** Every session gets a close capsule with the reason, then the connections close. Idempotent. */
+  close (reason: string = H3_CLOSE_REASONS.shutdown): Promise<void> {
+    this.#closing ??= this.#close(reason)
+    return this.#closing
+  }
+
+  async #close (reason: string): Promise<void> {
+    this.#accepting = false
+    this.#unsubscribe?.()
+    for (const timer of this.#draining.values()) clearTimeout(timer)
+    this.#draining.clear()
+    for (const tunnel of this.#tunnels) tunnel.close(reason)
+    if (this.#tunnels.size > 0) await new Promise((resolve) => { setTimeout(resolve, CLOSE_GRACE_MS + 200).unref() })
+    for (const tunnel of [...this.#tunnels]) tunnel.destroy(reason)
+    this.#endpoint?.close()
+  }
+
+  // ── TunnelHost ────────────────────────────────────────────────────────────────────
+
+  dial (target: PodTarget, serverName: string): { readonly quic: QuicConnection, readonly trustKey: string } | null {
+    const trust = this.#options.upstreamTrust()
+    try {
+      const quic = this.#options.engine.connect({
+        address: target.address,
+        port: target.quicPort,
+        serverName,
+        alpn: ['h3'],
+        credentials: trust.credentials,
+        transport: { ...this.#transport(), handshakeTimeoutMs: this.#options.connectTimeoutMs },
+      })
+      return { quic, trustKey: trust.key }
+    } catch (err) {
+      this.#options.logger.warn({ target: target.identity, err: (err as Error).message }, 'webtransport http/3 dial could not start')
+      return null
+    }
+  }
+
+  admit (): boolean {
+    if (this.#sessions >= this.#options.maxSessions) return false
+    this.#sessions++
+    return true
+  }
+
+  release (): void {
+    this.#sessions--
+  }
+
+  onBridged (tunnel: WebTransportH3Tunnel): void {
+    this.#options.metrics.activeSessions.inc()
+    this.#options.logger.debug({ target: tunnel.target.identity }, 'webtransport http/3 session bridged')
+  }
+
+  onEnd (tunnel: WebTransportH3Tunnel, end: TunnelEnd | null, detail: string): void {
+    if (end !== null) this.#options.metrics.sessions.labels(end).inc()
+    if (tunnel.wasBridged) this.#options.metrics.activeSessions.dec()
+    this.#options.logger.debug({ target: tunnel.target.identity, end, detail, seconds: Math.round((Date.now() - tunnel.startedAt) / 1000) }, 'webtransport http/3 session ended')
+  }
+
+  onRejected (tunnel: WebTransportH3Tunnel, code: RejectionCode, detail: string): void {
+    if (code === 'total_session_limit') this.#options.metrics.sessionsRefused.labels('total_limit').inc()
+    // A pod that cannot be reached is the operator's business; what a client got wrong is only
+    // counted (a misbehaving client must not be able to flood the log).
+    const fields = { target: tunnel.target.identity, code, detail }
+    const message = `webtransport http/3 session refused: ${REJECTIONS[code].message}`
+    if (code.startsWith('upstream_')) this.#options.logger.info(fields, message)
+    else this.#options.logger.debug(fields, message)
+  }
+
+  // ── internals ─────────────────────────────────────────────────────────────────────
+
+  #transport (): { idleTimeoutMs: number, keepAliveMs: number, datagrams: boolean } {
+    return { idleTimeoutMs: this.#options.idleTimeoutMs, keepAliveMs: this.#options.keepAliveMs, datagrams: true }
+  }
+
+  #onProposal (proposal: QuicProposal): void {
+    if (!this.#accepting) return proposal.reject(REJECTIONS.shutting_down.message)
+    const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)
+    if (!route.ok) {
+      this.#options.metrics.sessions.labels(route.reason).inc()
+      return proposal.reject(REJECTIONS[route.reason].message)
+    }
+    const credentials = this.#options.serverCredentials()
+    if (credentials === null) return proposal.reject('no server identity')
+    const quic = proposal.accept({ credentials, alpn: ['h3'], transport: this.#transport() })
+    if (quic === null) return
+    this.#options.metrics.sessions.labels('accepted').inc()
+    const tunnel = new WebTransportH3Tunnel(quic, route.target, (proposal.sni ?? '').toLowerCase(), this)
+    this.#tunnels.add(tunnel)
+    quic.once('close', () => { this.#onTunnelGone(tunnel) })
+  }
+
+  #onTunnelGone (tunnel: WebTransportH3Tunnel): void {
+    if (!this.#tunnels.delete(tunnel)) return
+    const timer = this.#draining.get(tunnel)
+    if (timer !== undefined) clearTimeout(timer)
+    this.#draining.delete(tunnel)
+  }
+
+  /** Tunnels to a pod that left the ready set (or moved) close after the drain grace. */
+  #onSnapshot (snapshot: TargetSnapshot): void {
+    for (const tunnel of this.#tunnels) {
+      const now = snapshot.byIdentity.get(tunnel.target.identity)
+      const gone = now === undefined || now.address !== tunnel.target.address || now.quicPort !== tunnel.target.quicPort
+      const timer = this.#draining.get(tunnel)
+      if (!gone) {
+        if (timer !== undefined) {
+          clearTimeout(timer)
+          this.#draining.delete(tunnel)
+        }
+        continue
+      }
+      if (timer !== undefined) continue
+      const drain = setTimeout(() => {
+        this.#draining.delete(tunnel)
+        tunnel.close(H3_CLOSE_REASONS.leftReadySet)
+      }, this.#options.drainGraceMs)
+      drain.unref()
+      this.#draining.set(tunnel, drain)
+    }
+  }
+}
