@@ -4,11 +4,11 @@
  * streams into the core, carries out the core's writes, resets and close, and hands the
  * application the core's events.
  *
- * WebTransport streams are never read past their header: a peer stream's first varint (and,
- * for 0x41 / 0x54, the session id) is read exactly, byte counts taken from the varint's first
- * byte, so when the core recognises a WebTransport stream every later byte is still in the
- * addon, and the application can splice the stream natively as it is. Other streams are read
- * in 64 KiB pulls.
+ * WebTransport streams are never read past their header: a peer stream's first read takes 3
+ * bytes (the shortest WebTransport header), then the rest of its first varint (and, for 0x41 /
+ * 0x54, of the session id) exactly, byte counts taken from each varint's first byte. So when the
+ * core recognises a WebTransport stream every later byte is still in the addon, and the
+ * application can splice the stream natively as it is. Other streams are read in 64 KiB pulls.
  *
  * Every stream the glue reads shares one handler object (no closure per stream); stream.data
  * points back here until a WebTransport stream is handed over (then it is the application's).
@@ -43,6 +43,12 @@ export type QuicH3Options = Omit<H3ConnectionOptions, 'role'>
 /** Queued, not yet taken by the addon, per connection at most. */
 const MAX_QUEUED_BYTES = 256 * 1024
 const READ_CHUNK = 64 * 1024
+/**
+ * The shortest WebTransport stream header: 0x41 / 0x54 take two bytes as varints, the session
+ * id at least one. A stream's first read takes this much: never past the header of a
+ * WebTransport stream, and for the common session ids (< 64) the whole header in one call.
+ */
+const MIN_WT_HEADER = 3
 const EMPTY = Buffer.alloc(0)
 
 /** Reading state of a stream the glue reads: how many bytes its header varints still need. */
@@ -203,7 +209,7 @@ export class QuicH3Connection {
     for (;;) {
       const state = this.#streams.get(stream.id)
       if (state === undefined || stream.data !== this || state.phase === PHASE_ENDED) return
-      const max = state.phase >= PHASE_BODY ? READ_CHUNK : (state.need === 0 ? 1 : state.need)
+      const max = state.phase >= PHASE_BODY ? READ_CHUNK : state.typeBytes.length === 0 ? MIN_WT_HEADER : (state.need === 0 ? 1 : state.need)
       const chunk = stream.read(max)
       if (chunk === null) {
         if (stream.readEnded) {
@@ -220,6 +226,7 @@ export class QuicH3Connection {
   /** Tracks the header varints through bytes just read (so the next read is exact). */
   #advanceHeader (stream: QuicStream, state: StreamState, chunk: Buffer): void {
     for (const byte of chunk) {
+      if (state.phase >= PHASE_BODY) return // what follows the header is the core's (a non-WebTransport stream's frames)
       if (state.need === 0) state.need = varintLengthOf(byte)
       state.need--
       if (state.phase === PHASE_TYPE) state.typeBytes.push(byte)
