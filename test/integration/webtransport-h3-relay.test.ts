@@ -3,7 +3,8 @@
  * the real Pylon and the real Stargate speak it. A Pylon (the HTTP/3 client on the QUIC engine)
  * reaches the pod its SNI names with every CONNECT field as sent; streams opened by either side,
  * bidirectional and unidirectional, cross intact in both directions, with FIN and reset codes;
- * datagrams cross both ways; a stream whose reader stalls holds up no other stream.
+ * datagrams cross both ways; a stream whose reader stalls, or whose header stalls, holds up no
+ * other stream.
  */
 import t from 'tap'
 import { H3Cluster } from '../fixtures/h3-cluster.ts'
@@ -161,4 +162,24 @@ t.test('a stream reset or stopped by one side reaches the other with its code', 
   atPodSecond?.stopSending(webTransportCodeToHttp3(9))
   const stopped = await waitFor(() => second.stream.stopCode, { message: 'STOP_SENDING reached the pylon' })
   t.equal(stopped, webTransportCodeToHttp3(9))
+})
+
+t.test('a stream whose header stalls does not hold up the streams opened after it', async (t) => {
+  const cluster = await H3Cluster.start(t, { pods: ['stargate-0'], stub: { mode: 'manual' } })
+  const result = await cluster.open('stargate-0')
+  const pylon = session(result)
+  const atPod = await cluster.pods.get('stargate-0')!.nextSession()
+  if (atPod === null) return t.fail('no session at the pod')
+  // One byte of the two-byte 0x41 signal, then nothing.
+  const stalled = result.h3?.quic.openStream(true)
+  t.equal(stalled?.write(Buffer.from([0x40])), 1)
+  const next = await pylon.open(true)
+  await endWith(next, Buffer.from('after the stalled header'))
+  const arrived = await atPod.incomingBidi.next()
+  t.equal(arrived === null ? null : (await readAll(arrived)).toString(), 'after the stalled header')
+  // The stalled stream completes its header later and is bridged then.
+  stalled?.write(Buffer.from([0x41, result.session?.sessionId ?? 0]))
+  stalled?.end(Buffer.from('late'))
+  const late = await atPod.incomingBidi.next()
+  t.equal(late === null ? null : (await readAll(late)).toString(), 'late')
 })
