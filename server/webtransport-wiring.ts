@@ -21,6 +21,7 @@ import { QuicEngine } from '../lib/quic/engine.ts'
 import { ClientCredentials, ServerCredentials } from '../lib/quic/credentials.ts'
 import { H3_CLOSE_REASONS, WebTransportH3Relay, type UpstreamQuicTrust } from '../lib/tunnel/webtransport-h3-relay.ts'
 import type { RunningTunnel, TunnelContext } from './tunnels.ts'
+import { resetSecretOf } from './raw-quic-wiring.ts'
 
 /** The upstream trust of a TLS state; `key` changes only when the configured trust bundle does. */
 export function upstreamTrustOf (state: TlsState, insecure: boolean): UpstreamTrust {
@@ -38,8 +39,9 @@ export function quicUpstreamTrustOf (state: TlsState, insecure: boolean): Upstre
   if (state.upstreamTrust !== null) {
     return { credentials: ClientCredentials.create({ caPem: state.upstreamTrust.pem, verify: true }), key: `bundle:${state.upstreamTrust.fingerprint}` }
   }
+  // The router's own certificate, as the Rust router; a generated identity trusts nothing.
   const identity = state.serverIdentity
-  return { credentials: ClientCredentials.create({ caPem: identity === null ? null : identity.certPem, verify: true }), key: 'router-certificate' }
+  return { credentials: ClientCredentials.create({ caPem: identity === null || identity.generated ? null : identity.certPem, verify: true }), key: 'router-certificate' }
 }
 
 /** The engine's server credentials: the identity, and the client CA when Pylons must present certificates. */
@@ -127,8 +129,16 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     maxSessions: config.webtransportMaxSessions,
     maxSessionsPerConnection: config.webtransportMaxSessionsPerConnection,
     maxFieldSectionSize: config.http2MaxHeaderListBytes,
-    limits: { maxConnections: config.quicMaxConnections, retry: config.quicRetry },
+    limits: {
+      maxConnections: config.quicMaxConnections,
+      retry: config.quicRetry,
+      retryThreshold: config.quicRetryThreshold,
+      maxHalfOpenPerAddress: config.quicMaxHandshakesPerAddress,
+    },
+    // Keyed on the identity's key, as for raw QUIC: after a restart Pylons are reset at once.
+    resetSecret: resetSecretOf(tls.state()),
     metrics,
+    handshakeFailures: context.metrics.quic.quicHandshakeFailures,
     logger,
   })
   tls.onChange((changed, _previous, next) => {

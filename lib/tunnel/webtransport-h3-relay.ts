@@ -27,6 +27,10 @@ import { resolveSni } from '../routing/resolve.ts'
 import type { Logger } from '../log.ts'
 import type { TrustBundle } from '../tls/types.ts'
 import { verifiesAgainst } from '../tls/client-cert.ts'
+import { RateLimitedLog } from '../rate-limited-log.ts'
+import { handshakeFailure } from '../quic/handshake-failure.ts'
+import type { QuicCloseInfo } from '../quic/connection.ts'
+import type { HandshakeFailureLabel, RawQuicMetrics } from './raw-quic-metrics.ts'
 import { REJECTIONS, type RejectionCode } from './webtransport-connect.ts'
 import type { WebTransportMetrics } from './webtransport-metrics.ts'
 import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './webtransport-h3-tunnel.ts'
@@ -64,7 +68,11 @@ export interface WebTransportH3RelayOptions {
   readonly maxSessionsPerConnection: number
   readonly maxFieldSectionSize: number
   readonly limits?: QuicEndpointLimits
+  /** Stateless reset key (see QuicListenOptions.resetSecret). */
+  readonly resetSecret?: Uint8Array | null
   readonly metrics: WebTransportMetrics
+  /** The tunnel port's QUIC handshake failures, counted as for raw QUIC (issue 15). */
+  readonly handshakeFailures?: RawQuicMetrics['quicHandshakeFailures'] | null
   readonly logger: Logger
 }
 
@@ -81,6 +89,8 @@ export class WebTransportH3Relay implements TunnelHost {
   #unsubscribe: (() => void) | null = null
   #accepting = true
   #closing: Promise<void> | null = null
+  /** One warning per failure reason per minute: unauthenticated peers cause these at will. */
+  readonly #failureLog = new RateLimitedLog(60_000)
 
   constructor (options: WebTransportH3RelayOptions) {
     this.#options = options
@@ -107,6 +117,7 @@ export class WebTransportH3Relay implements TunnelHost {
       host,
       port,
       ...this.#options.limits,
+      resetSecret: this.#options.resetSecret ?? null,
       transport: this.#transport(),
       onProposal: (proposal) => { this.#onProposal(proposal) },
     })
@@ -209,6 +220,23 @@ export class WebTransportH3Relay implements TunnelHost {
     this.#options.logger.debug({ target: tunnel.target.identity, end, detail, seconds: Math.round((Date.now() - tunnel.startedAt) / 1000) }, 'webtransport http/3 session ended')
   }
 
+  onHandshakeFailed (tunnel: WebTransportH3Tunnel, leg: 'downstream' | 'upstream', info: QuicCloseInfo): void {
+    const reason = handshakeFailure(info, leg === 'downstream' ? 'server' : 'client')
+    if (reason === null) return
+    const label: HandshakeFailureLabel = leg === 'downstream' ? reason : `upstream_${reason}`
+    const fields = leg === 'downstream'
+      ? { remote: tunnel.down.quic.remoteAddress, sni: tunnel.serverName, alert: info.alert, code: info.code }
+      : { target: tunnel.target.identity, sni: tunnel.serverName, alert: info.alert, code: info.code }
+    this.#failed(label, fields)
+  }
+
+  #failed (label: HandshakeFailureLabel, fields: Record<string, unknown>): void {
+    this.#options.handshakeFailures?.labels(label).inc()
+    const suppressed = this.#failureLog.take(label)
+    if (suppressed === null) return
+    this.#options.logger.warn({ reason: label, alpn: ['h3'], ...fields, suppressed }, 'webtransport http/3 handshake refused')
+  }
+
   onRejected (tunnel: WebTransportH3Tunnel, code: RejectionCode, detail: string): void {
     if (code === 'total_session_limit') this.#options.metrics.sessionsRefused.labels('total_limit').inc()
     // A pod that cannot be reached is the operator's business; what a client got wrong is only
@@ -230,11 +258,13 @@ export class WebTransportH3Relay implements TunnelHost {
     const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)
     if (!route.ok) {
       this.#options.metrics.sessions.labels(route.reason).inc()
+      this.#failed(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
       return proposal.reject(REJECTIONS[route.reason].message)
     }
     const credentials = this.#options.serverCredentials()
     if (credentials === null) return proposal.reject('no server identity')
-    const quic = proposal.accept({ credentials, alpn: ['h3'], transport: this.#transport() })
+    // A Pylon's handshake gets the same bound as the router's dial to a pod.
+    const quic = proposal.accept({ credentials, alpn: ['h3'], transport: { ...this.#transport(), handshakeTimeoutMs: this.#options.connectTimeoutMs } })
     if (quic === null) return
     this.#options.metrics.sessions.labels('accepted').inc()
     const tunnel = new WebTransportH3Tunnel(quic, route.target, (proposal.sni ?? '').toLowerCase(), this)

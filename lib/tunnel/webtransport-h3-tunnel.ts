@@ -57,6 +57,8 @@ export interface TunnelHost {
   /** The tunnel's one outcome; null for a refusal outside the outcome names (a session cap). */
   onEnd (tunnel: WebTransportH3Tunnel, end: TunnelEnd | null, detail: string): void
   onRejected (tunnel: WebTransportH3Tunnel, code: RejectionCode, detail: string): void
+  /** A leg's QUIC handshake failed (the Pylon's: downstream, the pod's: upstream). */
+  onHandshakeFailed (tunnel: WebTransportH3Tunnel, leg: 'downstream' | 'upstream', info: QuicCloseInfo): void
 }
 
 type State = 'awaiting' | 'dialing' | 'rejecting' | 'bridged' | 'closing' | 'closed'
@@ -186,6 +188,7 @@ export class WebTransportH3Tunnel {
   }
 
   onDownClose (info: QuicCloseInfo): void {
+    if (!info.established) this.#host.onHandshakeFailed(this, 'downstream', info)
     switch (this.#state) {
       case 'awaiting':
         this.#end('invalid_connect', 'the pylon left before its session request')
@@ -255,6 +258,7 @@ export class WebTransportH3Tunnel {
 
   onUpClose (info: QuicCloseInfo): void {
     if (this.#state === 'dialing') {
+      if (!info.established) this.#host.onHandshakeFailed(this, 'upstream', info)
       const why = info.established ? `the pod closed the connection (${info.kind} 0x${info.code.toString(16)} ${info.reasonText})` : `no QUIC connection to the pod (${info.kind}${info.alert !== 0 ? `, TLS alert ${info.alert}` : ''})`
       this.#refuse(info.kind === 'handshake_timeout' ? 'upstream_timeout' : 'upstream_unreachable', why)
       return

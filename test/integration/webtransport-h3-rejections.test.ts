@@ -26,6 +26,7 @@ t.test('SNI rejections close the connection with the SPEC reason, before any han
     t.equal(result.close?.reasonText, reason, `${outcome}: the Pylon reads "${reason}"`)
     t.equal(result.close?.established, false, `${outcome}: refused before the handshake completed`)
     t.equal(await cluster.metric(outcome), 1, `${outcome} counted`)
+    t.equal(await cluster.kube.metric('stargate_k8s_router_quic_handshake_failures_total', { reason: outcome }), 1, `${outcome}: a refused handshake of the tunnel port`)
   }
   t.equal(await cluster.metric('accepted'), 0, 'none of them counted as accepted')
 })
@@ -105,6 +106,7 @@ t.test('a pod whose certificate does not verify gives 502 upstream_connect_error
   t.equal(result.status, 502)
   t.match(result.fields, [['content-type', 'text/plain; charset=utf-8'], ['x-stargate-error-code', 'upstream_unreachable']])
   t.equal(pod.requests.length, 0, 'nothing was sent to a pod that failed verification')
+  t.equal(await cluster.kube.metric('stargate_k8s_router_quic_handshake_failures_total', { reason: 'upstream_certificate' }), 1, 'counted as a refused upstream certificate')
   t.equal(await cluster.metric('upstream_connect_error'), 1)
 })
 
