@@ -8,8 +8,8 @@
  *     yes → accepted with ALPN h3 and the current server credentials (`accepted` counted)
  *           → a WebTransportH3Tunnel (webtransport-h3-tunnel.ts) carries the session
  *
- * Policy lives here: the session cap (--webtransport-max-sessions, pending and bridged; the
- * per-connection cap is the HTTP/3 max-sessions setting), the upstream trust in force for new
+ * Policy lives here: the session cap (--webtransport-max-sessions, pending and bridged; one
+ * session per connection, the HTTP/3 max-sessions setting), the upstream trust in force for new
  * dials and the tunnels verified under an older one (closed, `trust_replaced`), client
  * certificates that no longer verify after a client-trust change, tunnels to pods that left the
  * ready set (closed after --drain-grace-ms with `target stargate left the ready set`), and
@@ -64,7 +64,7 @@ export interface WebTransportH3RelayOptions {
   readonly drainGraceMs: number
   /** Sessions (waiting for the pod or bridged) at once. */
   readonly maxSessions: number
-  /** The HTTP/3 max-sessions setting offered to Pylons. */
+  /** The HTTP/3 max-sessions setting offered to Pylons (at most 1: one session per connection). */
   readonly maxSessionsPerConnection: number
   readonly maxFieldSectionSize: number
   readonly limits?: QuicEndpointLimits
@@ -97,7 +97,9 @@ export class WebTransportH3Relay implements TunnelHost {
     this.connectTimeoutMs = options.connectTimeoutMs
     this.h3Options = {
       maxFieldSectionSize: options.maxFieldSectionSize,
-      webTransportMaxSessions: options.maxSessionsPerConnection,
+      // A tunnel is one Pylon connection carrying one session, as the Rust router serves it:
+      // the setting says so, and a further session request is reset (H3_REQUEST_REJECTED).
+      webTransportMaxSessions: Math.min(1, options.maxSessionsPerConnection),
     }
   }
 
@@ -239,6 +241,7 @@ export class WebTransportH3Relay implements TunnelHost {
 
   onRejected (tunnel: WebTransportH3Tunnel, code: RejectionCode, detail: string): void {
     if (code === 'total_session_limit') this.#options.metrics.sessionsRefused.labels('total_limit').inc()
+    else if (code === 'connection_session_limit') this.#options.metrics.sessionsRefused.labels('connection_limit').inc()
     // A pod that cannot be reached is the operator's business; what a client got wrong is only
     // counted (a misbehaving client must not be able to flood the log).
     const fields = { target: tunnel.target.identity, code, detail }

@@ -149,7 +149,8 @@ export class WebTransportH3Tunnel {
     switch (event.type) {
       case 'request':
         if (event.streamId !== this.#downSession && this.#downSession >= 0) {
-          // One session per connection (the core refused further WebTransport requests already).
+          // One session per connection: the core resets further WebTransport requests (above
+          // the max-sessions setting); any other request on it is no session request.
           this.down.respond(event.streamId, 400, [['content-type', 'text/plain; charset=utf-8']])
           this.down.sendData(event.streamId, Buffer.from('one webtransport session per connection\n'), true)
           return
@@ -174,7 +175,11 @@ export class WebTransportH3Tunnel {
         this.#end(this.#state === 'dialing' ? 'relay_error' : 'completed', 'the pylon reset the session')
         return this.#closeAfterGrace('session reset')
       case 'stream_error':
-        if (event.streamId !== this.#downSession) return
+        if (event.streamId !== this.#downSession) {
+          // A session request beyond the max-sessions setting, reset by the core.
+          if (event.violation === 'request_rejected') this.#host.onRejected(this, 'connection_session_limit', event.detail)
+          return
+        }
         this.#end('relay_error', `pylon session stream: ${event.detail}`)
         return this.#closeAfterGrace('session aborted')
       default:

@@ -107,3 +107,21 @@ t.test('random bytes on random streams never take the router down', async (t) =>
   const good = await cluster.open('stargate-0')
   t.equal(good.status, 200, 'still serving after 30 connections of garbage')
 })
+
+t.test('a second session request on one connection is reset with H3_REQUEST_REJECTED and counted; the first session lives on', async (t) => {
+  const cluster = await H3Cluster.start(t, { pods: ['stargate-0'], routerArgs: ['--webtransport-max-sessions-per-connection', '5'] })
+  const { quic } = await rawConnection(cluster)
+  write(quic, false, CONTROL)
+  const first = quic.openStream(true)!
+  const answered = new Promise<void>((resolve) => { first.handler = { onReadable: (s) => { if (s.read() !== null) resolve() }, onReset: () => {} } })
+  first.write(WT_CONNECT)
+  await answered
+  // A client that ignores the router's max-sessions setting (1 over HTTP/3 whatever the flag).
+  const second = quic.openStream(true)!
+  const reset = new Promise<number>((resolve) => { second.handler = { onReadable: (s) => { while (s.read() !== null); }, onReset: (_s, code) => { resolve(code) } } })
+  second.write(WT_CONNECT)
+  t.equal(await reset, H3_ERROR.H3_REQUEST_REJECTED, 'the second request is reset with H3_REQUEST_REJECTED')
+  t.equal(await cluster.kube.metric('stargate_k8s_router_webtransport_sessions_refused_total', { reason: 'connection_limit' }), 1, 'counted as refused by the per-connection limit')
+  t.equal(await cluster.kube.metric('stargate_k8s_router_webtransport_sessions_active'), 1, 'the first session is still bridged')
+  t.equal(cluster.pods.get('stargate-0')?.requests.length, 1, 'the pod saw one session request')
+})
