@@ -21,26 +21,21 @@ import type { QuicConnection } from '../quic/connection.ts'
 import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
 import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../quic/endpoint.ts'
 import type { QuicH3Options } from '../quic/h3/quic-h3.ts'
-import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
+import type { PodTarget, SnapshotReader } from '../discovery/types.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { resolveSni } from '../routing/resolve.ts'
 import type { Logger } from '../log.ts'
 import type { TrustBundle } from '../tls/types.ts'
 import { verifiesAgainst } from '../tls/client-cert.ts'
-import { RateLimitedLog } from '../rate-limited-log.ts'
-import { handshakeFailure } from '../quic/handshake-failure.ts'
 import type { QuicCloseInfo } from '../quic/connection.ts'
-import type { HandshakeFailureLabel, RawQuicMetrics } from './raw-quic-metrics.ts'
+import type { RawQuicMetrics } from './raw-quic-metrics.ts'
+import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
 import { REJECTIONS, type RejectionCode } from './webtransport-connect.ts'
 import type { WebTransportMetrics } from './webtransport-metrics.ts'
 import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './webtransport-h3-tunnel.ts'
 
-export const H3_CLOSE_REASONS = {
-  shutdown: 'router shutdown',
-  trustReplaced: 'upstream trust replaced',
-  clientTrustReplaced: 'client trust replaced',
-  leftReadySet: 'target stargate left the ready set',
-} as const
+/** The tunnel port's close reasons: a Pylon reads the same in either mode of the port. */
+export const H3_CLOSE_REASONS = TUNNEL_CLOSE_REASONS
 
 export interface UpstreamQuicTrust {
   readonly credentials: ClientCredentials
@@ -83,18 +78,17 @@ export class WebTransportH3Relay implements TunnelHost {
   readonly #tunnels = new Set<WebTransportH3Tunnel>()
   /** Sessions admitted (dialing or bridged) whose outcome is not final yet: what --webtransport-max-sessions bounds. */
   #sessions = 0
-  /** Tunnels of pods that left the ready set, and when they are closed. */
-  readonly #draining = new Map<WebTransportH3Tunnel, NodeJS.Timeout>()
+  /** Tunnels follow the snapshot: closed when their pod leaves the ready set (from listen() on). */
+  #drain: PodDrain<WebTransportH3Tunnel> | null = null
   #endpoint: QuicEndpoint | null = null
-  #unsubscribe: (() => void) | null = null
   #accepting = true
   #closing: Promise<void> | null = null
-  /** One warning per failure reason per minute: unauthenticated peers cause these at will. */
-  readonly #failureLog = new RateLimitedLog(60_000)
+  readonly #failures: HandshakeFailureLog
 
   constructor (options: WebTransportH3RelayOptions) {
     this.#options = options
     this.connectTimeoutMs = options.connectTimeoutMs
+    this.#failures = new HandshakeFailureLog({ counter: options.handshakeFailures ?? null, logger: options.logger, message: 'webtransport http/3 handshake refused' })
     this.h3Options = {
       maxFieldSectionSize: options.maxFieldSectionSize,
       // A tunnel is one Pylon connection carrying one session, as the Rust router serves it:
@@ -123,14 +117,15 @@ export class WebTransportH3Relay implements TunnelHost {
       transport: this.#transport(),
       onProposal: (proposal) => { this.#onProposal(proposal) },
     })
-    this.#unsubscribe = this.#options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
+    this.#drain = new PodDrain({ snapshot: this.#options.snapshot, graceMs: this.#options.drainGraceMs, onDrained: (tunnel) => { tunnel.close(H3_CLOSE_REASONS.target_left) } })
+    for (const tunnel of this.#tunnels) this.#drain.follow(tunnel, tunnel.target)
     return { address: this.#endpoint.address, port: this.#endpoint.port }
   }
 
   /** Unbinds the UDP port again (before any tunnel: the TCP listener could not take the same number). */
   unlisten (): void {
-    this.#unsubscribe?.()
-    this.#unsubscribe = null
+    this.#drain?.dispose()
+    this.#drain = null
     this.#endpoint?.close()
     this.#endpoint = null
   }
@@ -145,7 +140,7 @@ export class WebTransportH3Relay implements TunnelHost {
     let closed = 0
     for (const tunnel of this.#tunnels) {
       if (tunnel.up === null || tunnel.trustKey === currentKey || tunnel.state === 'closing' || tunnel.state === 'closed') continue
-      tunnel.close(H3_CLOSE_REASONS.trustReplaced, 'trust_replaced')
+      tunnel.close(H3_CLOSE_REASONS.trust_replaced, 'trust_replaced')
       closed++
     }
     return closed
@@ -158,7 +153,7 @@ export class WebTransportH3Relay implements TunnelHost {
       if (tunnel.state === 'closing' || tunnel.state === 'closed') continue
       const chain = tunnel.down.quic.peerCertificates().map((der) => new X509Certificate(der))
       if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
-      tunnel.close(H3_CLOSE_REASONS.clientTrustReplaced, 'trust_replaced')
+      tunnel.close(H3_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
       closed++
     }
     return closed
@@ -172,9 +167,7 @@ export class WebTransportH3Relay implements TunnelHost {
 
   async #close (reason: string): Promise<void> {
     this.#accepting = false
-    this.#unsubscribe?.()
-    for (const timer of this.#draining.values()) clearTimeout(timer)
-    this.#draining.clear()
+    this.#drain?.dispose()
     for (const tunnel of this.#tunnels) tunnel.close(reason)
     if (this.#tunnels.size > 0) await new Promise((resolve) => { setTimeout(resolve, CLOSE_GRACE_MS + 200).unref() })
     for (const tunnel of [...this.#tunnels]) tunnel.destroy(reason)
@@ -223,20 +216,8 @@ export class WebTransportH3Relay implements TunnelHost {
   }
 
   onHandshakeFailed (tunnel: WebTransportH3Tunnel, leg: 'downstream' | 'upstream', info: QuicCloseInfo): void {
-    const reason = handshakeFailure(info, leg === 'downstream' ? 'server' : 'client')
-    if (reason === null) return
-    const label: HandshakeFailureLabel = leg === 'downstream' ? reason : `upstream_${reason}`
-    const fields = leg === 'downstream'
-      ? { remote: tunnel.down.quic.remoteAddress, sni: tunnel.serverName, alert: info.alert, code: info.code }
-      : { target: tunnel.target.identity, sni: tunnel.serverName, alert: info.alert, code: info.code }
-    this.#failed(label, fields)
-  }
-
-  #failed (label: HandshakeFailureLabel, fields: Record<string, unknown>): void {
-    this.#options.handshakeFailures?.labels(label).inc()
-    const suppressed = this.#failureLog.take(label)
-    if (suppressed === null) return
-    this.#options.logger.warn({ reason: label, alpn: ['h3'], ...fields, suppressed }, 'webtransport http/3 handshake refused')
+    if (leg === 'downstream') this.#failures.closed('pylon', info, { remote: tunnel.down.quic.remoteAddress, sni: tunnel.serverName, alpn: ['h3'] })
+    else this.#failures.closed('pod', info, { target: tunnel.target.identity, sni: tunnel.serverName, alpn: ['h3'] })
   }
 
   onRejected (tunnel: WebTransportH3Tunnel, code: RejectionCode, detail: string): void {
@@ -257,12 +238,12 @@ export class WebTransportH3Relay implements TunnelHost {
   }
 
   #onProposal (proposal: QuicProposal): void {
-    if (!this.#accepting) return proposal.reject(REJECTIONS.shutting_down.message)
+    if (!this.#accepting) return proposal.reject(H3_CLOSE_REASONS.shutdown)
     const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)
     if (!route.ok) {
       this.#options.metrics.sessions.labels(route.reason).inc()
-      this.#failed(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
-      return proposal.reject(REJECTIONS[route.reason].message)
+      this.#failures.record(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
+      return proposal.reject(H3_CLOSE_REASONS[route.reason])
     }
     const credentials = this.#options.serverCredentials()
     if (credentials === null) return proposal.reject('no server identity')
@@ -272,36 +253,12 @@ export class WebTransportH3Relay implements TunnelHost {
     this.#options.metrics.sessions.labels('accepted').inc()
     const tunnel = new WebTransportH3Tunnel(quic, route.target, (proposal.sni ?? '').toLowerCase(), this)
     this.#tunnels.add(tunnel)
+    this.#drain?.follow(tunnel, route.target)
     quic.once('close', () => { this.#onTunnelGone(tunnel) })
   }
 
   #onTunnelGone (tunnel: WebTransportH3Tunnel): void {
     if (!this.#tunnels.delete(tunnel)) return
-    const timer = this.#draining.get(tunnel)
-    if (timer !== undefined) clearTimeout(timer)
-    this.#draining.delete(tunnel)
-  }
-
-  /** Tunnels to a pod that left the ready set (or moved) close after the drain grace. */
-  #onSnapshot (snapshot: TargetSnapshot): void {
-    for (const tunnel of this.#tunnels) {
-      const now = snapshot.byIdentity.get(tunnel.target.identity)
-      const gone = now === undefined || now.address !== tunnel.target.address || now.quicPort !== tunnel.target.quicPort
-      const timer = this.#draining.get(tunnel)
-      if (!gone) {
-        if (timer !== undefined) {
-          clearTimeout(timer)
-          this.#draining.delete(tunnel)
-        }
-        continue
-      }
-      if (timer !== undefined) continue
-      const drain = setTimeout(() => {
-        this.#draining.delete(tunnel)
-        tunnel.close(H3_CLOSE_REASONS.leftReadySet)
-      }, this.#options.drainGraceMs)
-      drain.unref()
-      this.#draining.set(tunnel, drain)
-    }
+    this.#drain?.forget(tunnel)
   }
 }

@@ -44,6 +44,7 @@ import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upst
 import { UpstreamDial, type DialAnswer, type DialFailure, type UpstreamTrust } from './webtransport-upstream.ts'
 import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './webtransport-bridge.ts'
 import type { WebTransportMetrics } from './webtransport-metrics.ts'
+import { TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
 
 export interface WebTransportRelayOptions {
   readonly host: string
@@ -218,7 +219,7 @@ export class WebTransportRelay {
     let closed = 0
     for (const bridge of this.#bridges) {
       if (bridge.trustKey === currentKey) continue
-      bridge.close(0, 'upstream trust replaced', 'trust_replaced')
+      bridge.close(0, TUNNEL_CLOSE_REASONS.trust_replaced, 'trust_replaced')
       closed++
     }
     return closed
@@ -233,7 +234,7 @@ export class WebTransportRelay {
       const chain = peerChainOf(socket)
       if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
       for (const bridge of this.#bridges) {
-        if (bridge.downstreamSession === session) bridge.close(0, 'client trust replaced', 'trust_replaced')
+        if (bridge.downstreamSession === session) bridge.close(0, TUNNEL_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
       }
       session.close()
       closed++
@@ -242,7 +243,7 @@ export class WebTransportRelay {
   }
 
   /** Closes every session with the reason and stops listening. Idempotent. */
-  close (reason = 'router shutdown'): Promise<void> {
+  close (reason: string = TUNNEL_CLOSE_REASONS.shutdown): Promise<void> {
     this.#closing ??= this.#close(reason)
     return this.#closing
   }

@@ -38,6 +38,6 @@ t.test('with --client-ca-path only Pylons with a client certificate from that CA
   // The Pylons' CA is replaced: the bridged session's certificate no longer verifies.
   const nextCa = await createCa({ name: 'next pylon ca' })
   await writeFile(join(dir, 'pylons.crt'), nextCa.certPem)
-  t.same(await allowed.session?.ended, { how: 'closed', code: 0, reason: 'client trust replaced' })
+  t.same(await allowed.session?.ended, { how: 'closed', code: 0, reason: 'client trust changed' })
   await waitFor(async () => await cluster.metric('trust_replaced') === 1, { message: 'outcome trust_replaced' })
 })
