@@ -20,7 +20,7 @@ import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { readFileSync } from 'node:fs'
 import { measureEach, now, Report, summarize, summarizeRounds } from '../_util.ts'
-import { startProcess, tempDir } from '../../test/fixtures/router-process.ts'
+import { GRPC_PYLON_DIAL_ADDR, startProcess, tempDir } from '../../test/fixtures/router-process.ts'
 import { createCa, createLeaf } from '../../test/fixtures/certs.ts'
 import { H3Stargate } from '../../test/fixtures/h3-stargate.ts'
 import { openH3Session } from '../../test/fixtures/h3-pylon.ts'
@@ -56,7 +56,7 @@ await writeFile(join(dir, 'targets.yaml'), 'targets:\n' + [...pods.values()].map
 const router = await startProcess(teardown, [
   '--discovery', 'file', '--targets-file', join(dir, 'targets.yaml'),
   '--listen-addr', '127.0.0.1:0', '--health-listen-addr', '127.0.0.1:0', '--reverse-tunnel-listen-addr', '127.0.0.1:0',
-  '--tunnel-protocol', 'webtransport', '--log-level', 'info',
+  '--tunnel-protocol', 'webtransport', '--log-level', 'info', '--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR,
   '--tls-cert-path', join(dir, 'router.crt'), '--tls-key-path', join(dir, 'router.key'), '--upstream-tls-cert-path', join(dir, 'ca.crt'),
   '--webtransport-max-sessions', String(SESSIONS * 2), '--connect-timeout-ms', '30000',
 ])
