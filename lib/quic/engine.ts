@@ -169,8 +169,6 @@ export class QuicEngine {
     const handler = stream.handler
     switch (type) {
       case EV.STREAM_READABLE:
-        stream.unreadBytes = a
-        if (b === 1) stream.finArrived = true
         handler?.onReadable?.(stream)
         return
       case EV.STREAM_WRITABLE:

@@ -59,14 +59,6 @@ export class QuicStream {
   /** STOP_SENDING code the peer sent, or null. */
   stopCode: number | null = null
   spliced = false
-  /**
-   * From the STREAM_READABLE records: the peer's FIN has arrived, and how many received bytes
-   * have not been read since. The addon frees a finished TypeScript-mode stream once every byte
-   * is read, possibly before read() saw READ_FIN (a FIN in a packet of its own); a stream gone
-   * with its FIN in and no byte unread ended cleanly (h3 helper, issue 16).
-   */
-  finArrived = false
-  unreadBytes = 0
   closed = false
   /** For whoever owns the stream (a relay's bookkeeping); the engine never reads it. */
   data: unknown = null
@@ -99,20 +91,15 @@ export class QuicStream {
   read (max = 65536): Buffer | null {
     if (this.closed || this.spliced || this.readEnded) return null
     const r = this.#host.native.streamRead(this.#host.id, this.id, max)
-    if (typeof r !== 'number') {
-      this.unreadBytes = Math.max(0, this.unreadBytes - r.length)
-      return r
-    }
+    if (typeof r !== 'number') return r
     switch (r) {
       case READ_NONE:
         return null
       case READ_FIN:
         this.readEnded = true
         return null
-      case READ_GONE:
-        if (this.finArrived && this.unreadBytes === 0) this.readEnded = true
-        return null
       case READ_RESET:
+      case READ_GONE:
         return null
       default:
         return null
