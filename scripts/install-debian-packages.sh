@@ -7,9 +7,11 @@ set -euo pipefail
 BUILD=(pkg-config gcc g++ make python3 libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev)
 # Independent peers and reference servers of the tests and benchmarks: grpcio (a second gRPC
 # stack), nginx, h2load, wrk, ngtcp2's gtlsclient/gtlsserver, and quinn + rustls (the stack of
-# the real Pylon and Stargate) built offline from Debian's Rust source packages.
+# the real Pylon and Stargate) built offline from Debian's Rust source packages; chromium, the
+# independent WebTransport client of the HTTP/3 tests (driven by playwright-core).
 TEST=(python3-grpcio nginx nghttp2-client ngtcp2-client ngtcp2-server wrk
-  cargo librust-quinn-dev librust-rustls-pemfile-dev librust-tokio-dev)
+  cargo librust-quinn-dev librust-rustls-pemfile-dev librust-tokio-dev
+  chromium)
 
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi

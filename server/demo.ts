@@ -28,14 +28,14 @@ import { createCa, createLeaf } from '../test/fixtures/certs.ts'
 import { ProjectedVolume } from '../test/fixtures/projected-volume.ts'
 import { StubStargateQuic } from '../test/fixtures/quic-stargate.ts'
 import { PylonTunnel } from '../test/fixtures/quic-pylon.ts'
-import { StubWtStargate } from '../test/fixtures/webtransport-stargate.ts'
-import { openPylonSession } from '../test/fixtures/webtransport-pylon.ts'
-import { next as nextStream, readAll, writeAll } from '../test/fixtures/webtransport-streams.ts'
+import { H3Stargate } from '../test/fixtures/h3-stargate.ts'
+import { openH3Session } from '../test/fixtures/h3-pylon.ts'
+import { readAll } from '../test/fixtures/h3-wt-session.ts'
 import { Pylon, type Registration } from '../test/fixtures/pylon.ts'
 import { waitFor } from '../test/fixtures/wait.ts'
 
 const out = (line = ''): void => { process.stdout.write(line + '\n') }
-/** `npm run demo -- --webtransport` runs the reverse tunnels as WebTransport (over HTTP/2). */
+/** `npm run demo -- --webtransport` runs the reverse tunnels as WebTransport over HTTP/3, as real Pylons and Stargates. */
 const WEBTRANSPORT = process.argv.includes('--webtransport')
 const HOST_SUFFIX = '.stargate.external'
 
@@ -75,7 +75,7 @@ async function main (): Promise<void> {
     runtime: {
       quicServer: WEBTRANSPORT
         ? async ({ podName, ip, port }) => {
-          const stub = await StubWtStargate.start({ podName, ip, port, certPem: podCert.chainPem, keyPem: podCert.keyPem })
+          const stub = H3Stargate.start({ podName, ip, port, certPem: podCert.chainPem, keyPem: podCert.keyPem })
           t.teardown(() => stub.close())
           return { port: stub.port, close: () => stub.close() }
         }
@@ -99,8 +99,8 @@ async function main (): Promise<void> {
   const router: RunningRouter = await startRouter(parsed.config, { logger: createLogger({ level: 'error', format: 'json' }), kubeConfig: cluster.fake.kubeConfig(), discoveryBackoff: { baseMs: 100, maxMs: 1000 } })
   t.teardown(() => router.shutdown())
   const frontDoor = router.frontDoor.port
-  const tunnelPort = (WEBTRANSPORT ? router.tunnel.tcp?.port : router.tunnel.udp?.port) ?? 0
-  out(`   router: front door https 127.0.0.1:${frontDoor} (--front-door-tls; cleartext h2c without it), ${WEBTRANSPORT ? 'WebTransport tunnels https' : 'QUIC tunnels udp'} 127.0.0.1:${tunnelPort}, health http://127.0.0.1:${router.health.port}/readyz`)
+  const tunnelPort = router.tunnel.udp?.port ?? 0
+  out(`   router: front door https 127.0.0.1:${frontDoor} (--front-door-tls; cleartext h2c without it), ${WEBTRANSPORT ? 'WebTransport tunnels (HTTP/3 on udp, HTTP/2 on tcp)' : 'QUIC tunnels udp'} 127.0.0.1:${tunnelPort}, health http://127.0.0.1:${router.health.port}/readyz`)
 
   // The Pylon: TLS to the router, verifying it against the demo CA.
   const credentials = grpc.credentials.createSsl(Buffer.from(ca.certPem))
@@ -131,18 +131,19 @@ async function main (): Promise<void> {
 
   out()
   if (WEBTRANSPORT) {
-    out('3. each reverse tunnel: the Pylon opens a WebTransport session at /_stargate/webtransport through the router, SNI = the ack\'s host')
+    out('3. each reverse tunnel: the Pylon opens a WebTransport session over HTTP/3 at /_stargate/webtransport through the router, SNI = the ack\'s host')
     for (const registration of registrations) {
       const host = (registration.acks[0]?.reverseTunnelTarget ?? '').split(':')[0] ?? ''
-      const session = await openPylonSession(t, { host: '127.0.0.1', port: tunnelPort, servername: host, ca: ca.certPem }, { headers: { 'x-inference-server-id': 'demo-pylon' } })
-      if (session.wt === null) throw new Error(`WebTransport session to ${host} answered ${session.status}`)
-      const wt = session.wt.session
-      const hello = await nextStream(wt.incomingUnidirectionalStreams)
+      const opened = await openH3Session({ address: '127.0.0.1', port: tunnelPort, sni: host, caPem: ca.certPem, fields: [['x-inference-server-id', 'demo-pylon']] })
+      if (opened.session === null) throw new Error(`WebTransport session to ${host} answered ${opened.status} ${opened.body}`)
+      t.teardown(() => { opened.h3?.close() })
+      const hello = await opened.session.incomingUni.next()
       const pod = hello === null ? '?' : (await readAll(hello)).toString()
-      const stream = await wt.createBidirectionalStream()
-      await writeAll(stream.writable, Buffer.from('GET /v1/models'))
-      const echo = (await readAll(stream.readable)).toString()
-      out(`   ${registration.stargate.stargateId}: session ${session.status} via SNI ${host}; hello from pod ${pod}; stream echoed "${echo}"`)
+      const stream = await opened.session.open(true)
+      const reply = readAll(stream)
+      stream.end(Buffer.from('GET /v1/models'))
+      const echo = (await reply).toString()
+      out(`   ${registration.stargate.stargateId}: session ${opened.status} via SNI ${host}; hello from pod ${pod}; stream echoed "${echo}"`)
     }
   } else {
     out('3. each reverse tunnel: the Pylon dials the router over QUIC with the ack\'s host as SNI; the Stargate sends a request back through it')

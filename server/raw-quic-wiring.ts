@@ -27,6 +27,12 @@ interface UpstreamTrust {
   readonly verify: boolean
 }
 
+/** The stateless reset key of the tunnel port, derived from the server identity's key (also WebTransport's). */
+export function resetSecretOf (state: TlsState): Buffer | null {
+  const identity = state.serverIdentity
+  return identity === null ? null : createHash('sha256').update('stargate-router stateless reset\0').update(identity.keyPem).digest()
+}
+
 export async function startRawQuicTunnel (context: TunnelContext): Promise<RunningTunnel> {
   const { config, tls, logger } = context
   const metrics = context.metrics.quic
@@ -105,7 +111,6 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     if (closing > 0) logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing raw quic tunnels verified under the previous bundle')
   })
 
-  const identity = tls.state().serverIdentity
   const endpoint = engine.listen({
     host: config.reverseTunnelListenAddr.host,
     port: config.reverseTunnelListenAddr.port,
@@ -118,7 +123,7 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     transport: { ...transport, handshakeTimeoutMs: config.connectTimeoutMs },
     // Stateless reset tokens keyed on the identity's key: after a restart, Pylons of the
     // previous process are reset at their next packet instead of waiting out the idle timeout.
-    resetSecret: identity === null ? null : createHash('sha256').update('stargate-router stateless reset\0').update(identity.keyPem).digest(),
+    resetSecret: resetSecretOf(tls.state()),
   })
   metrics.setEndpointSource(() => {
     const stats = endpoint.stats()

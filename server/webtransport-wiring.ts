@@ -1,6 +1,7 @@
 /**
- * WebTransport reverse tunnels (issue 6, SPEC §7): the relay on the TCP port with the tunnel
- * port number, fed by the TLS material manager.
+ * WebTransport reverse tunnels (SPEC §7): over HTTP/3 on the tunnel's UDP port (issue 16; as
+ * the Rust router, the real Pylon and the real Stargate speak it, on the QUIC engine) and over
+ * HTTP/2 on the TCP port of the same number (issue 6, an extra), fed by the TLS material manager.
  *
  * - Server identity (and client trust with --client-ca-path): a SecureContext consumer; new
  *   handshakes use new material, open sessions keep theirs (SPEC §8).
@@ -15,9 +16,12 @@ import { createSecureContext } from 'node:tls'
 import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-context-consumer.ts'
 import type { TlsState } from '../lib/tls/types.ts'
 import { WebTransportRelay } from '../lib/tunnel/webtransport-relay.ts'
-import { probeHttp3Transport } from '../lib/tunnel/webtransport-http3.ts'
 import type { UpstreamTrust } from '../lib/tunnel/webtransport-upstream.ts'
+import { QuicEngine } from '../lib/quic/engine.ts'
+import { ClientCredentials, ServerCredentials } from '../lib/quic/credentials.ts'
+import { H3_CLOSE_REASONS, WebTransportH3Relay, type UpstreamQuicTrust } from '../lib/tunnel/webtransport-h3-relay.ts'
 import type { RunningTunnel, TunnelContext } from './tunnels.ts'
+import { resetSecretOf } from './raw-quic-wiring.ts'
 
 /** The upstream trust of a TLS state; `key` changes only when the configured trust bundle does. */
 export function upstreamTrustOf (state: TlsState, insecure: boolean): UpstreamTrust {
@@ -27,6 +31,24 @@ export function upstreamTrustOf (state: TlsState, insecure: boolean): UpstreamTr
   }
   const identity = state.serverIdentity
   return { secureContext: createSecureContext(identity === null ? {} : { ca: identity.certPem }), key: 'router-certificate' }
+}
+
+/** The engine's upstream credentials for a TLS state, keyed like upstreamTrustOf. */
+export function quicUpstreamTrustOf (state: TlsState, insecure: boolean): UpstreamQuicTrust {
+  if (insecure) return { credentials: ClientCredentials.create({ caPem: null, verify: false }), key: 'insecure' }
+  if (state.upstreamTrust !== null) {
+    return { credentials: ClientCredentials.create({ caPem: state.upstreamTrust.pem, verify: true }), key: `bundle:${state.upstreamTrust.fingerprint}` }
+  }
+  // The router's own certificate, as the Rust router; a generated identity trusts nothing.
+  const identity = state.serverIdentity
+  return { credentials: ClientCredentials.create({ caPem: identity === null || identity.generated ? null : identity.certPem, verify: true }), key: 'router-certificate' }
+}
+
+/** The engine's server credentials: the identity, and the client CA when Pylons must present certificates. */
+function quicServerCredentialsOf (state: TlsState, withClientTrust: boolean): ServerCredentials {
+  const identity = state.serverIdentity
+  if (identity === null) throw new Error('no server identity is active')
+  return ServerCredentials.create({ certPem: identity.certPem, keyPem: identity.keyPem, clientCaPem: withClientTrust ? state.clientTrust?.pem ?? null : null })
 }
 
 export async function startWebTransportTunnel (context: TunnelContext): Promise<RunningTunnel> {
@@ -47,6 +69,8 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     keepAliveMs: config.relayKeepAliveMs,
     maxConcurrentStreams: config.http2MaxConcurrentStreams,
     maxHeaderListSize: config.http2MaxHeaderListBytes,
+    maxSessionsPerConnection: config.webtransportMaxSessionsPerConnection,
+    maxSessions: config.webtransportMaxSessions,
     metrics,
     logger,
     onTlsError: () => { context.metrics.tlsHandshakeFailures.labels('webtransport').inc() },
@@ -74,21 +98,92 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     }
   })
 
-  const address = await relay.listen()
-  const http3 = await probeHttp3Transport()
-  logger.info({
-    tcp: address,
-    transports: { http2: `tcp ${address.address}:${address.port}`, http3: http3.available ? 'loaded, not served' : 'unavailable' },
-    ...(http3.available ? {} : { http3Reason: http3.reason }),
-    upstreamTrust: upstream.key.startsWith('bundle:') ? 'bundle' : upstream.key,
-  }, http3.available
-    ? 'webtransport tunnel listening: http/2 only; the http/3 transport loaded but the relay bridges http/2 sessions only'
-    : `webtransport tunnel listening: http/2 only; http/3 unavailable (${http3.reason})`)
+  // HTTP/3 on the UDP port: the engine's credentials follow the same TLS material.
+  let serverCredentials: ServerCredentials = quicServerCredentialsOf(tls.state(), requireClientCert)
+  tls.addConsumer<ServerCredentials>({
+    name: 'webtransport-h3',
+    dependsOn: requireClientCert ? ['server_identity', 'client_trust'] : ['server_identity'],
+    build: (state) => quicServerCredentialsOf(state, requireClientCert),
+    // New connections get the new material; the old handle is freed when its last connection ends.
+    commit: (candidate) => { const old = serverCredentials; serverCredentials = candidate; if (old !== candidate) old.release() },
+  })
+  let quicUpstream = quicUpstreamTrustOf(tls.state(), config.quicInsecure)
+  tls.addConsumer<UpstreamQuicTrust>({
+    name: 'webtransport-h3-upstream',
+    dependsOn: ['upstream_trust', 'server_identity'],
+    build: (state) => quicUpstreamTrustOf(state, config.quicInsecure),
+    commit: (candidate) => { const old = quicUpstream; quicUpstream = candidate; if (old !== candidate) old.credentials.release() },
+  })
+  const h3 = new WebTransportH3Relay({
+    engine: QuicEngine.shared(),
+    host: config.reverseTunnelListenAddr.host,
+    port: config.reverseTunnelListenAddr.port,
+    snapshot: context.snapshot,
+    template: context.template,
+    serverCredentials: () => serverCredentials,
+    upstreamTrust: () => quicUpstream,
+    connectTimeoutMs: config.connectTimeoutMs,
+    idleTimeoutMs: config.relayIdleTimeoutMs,
+    keepAliveMs: config.relayKeepAliveMs,
+    drainGraceMs: config.drainGraceMs,
+    maxSessions: config.webtransportMaxSessions,
+    maxSessionsPerConnection: config.webtransportMaxSessionsPerConnection,
+    maxFieldSectionSize: config.http2MaxHeaderListBytes,
+    limits: {
+      maxConnections: config.quicMaxConnections,
+      retry: config.quicRetry,
+      retryThreshold: config.quicRetryThreshold,
+      maxHalfOpenPerAddress: config.quicMaxHandshakesPerAddress,
+    },
+    // Keyed on the identity's key, as for raw QUIC: after a restart Pylons are reset at once.
+    resetSecret: resetSecretOf(tls.state()),
+    metrics,
+    handshakeFailures: context.metrics.quic.quicHandshakeFailures,
+    logger,
+  })
+  tls.onChange((changed, _previous, next) => {
+    if (changed === 'upstream_trust') {
+      const closed = h3.closeTrust(quicUpstream.key)
+      logger.info({ closed }, 'upstream trust changed: closing webtransport http/3 sessions dialed under the previous bundle')
+    } else if (changed === 'client_trust' && next.clientTrust !== null) {
+      const closed = h3.closeUntrustedClients(next.clientTrust)
+      logger.info({ closed }, 'client trust changed: closed webtransport http/3 connections whose client certificate no longer verifies')
+    }
+  })
 
-  return {
-    udp: null,
+  // The same port number on UDP (HTTP/3) and TCP (HTTP/2): Pylons dial one address. With port
+  // 0 the kernel picks the UDP number, which may be taken on TCP: then another one is tried.
+  const configuredPort = config.reverseTunnelListenAddr.port
+  let udp: { address: string, port: number }
+  let address: Awaited<ReturnType<WebTransportRelay['listen']>>
+  for (let attempt = 1; ; attempt++) {
+    udp = h3.listen(configuredPort)
+    try {
+      address = await relay.listen(udp.port)
+      break
+    } catch (err) {
+      h3.unlisten()
+      if (configuredPort !== 0 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || attempt >= 10) throw err
+    }
+  }
+  logger.info({
+    udp,
     tcp: address,
-    stopAccepting: () => { relay.stopAccepting() },
-    close: () => relay.close('router shutdown'),
+    transports: { http3: `udp ${udp.address}:${udp.port}`, http2: `tcp ${address.address}:${address.port}` },
+    upstreamTrust: upstream.key.startsWith('bundle:') ? 'bundle' : upstream.key,
+  }, 'webtransport tunnel listening: http/3 on udp, http/2 on tcp')
+
+  let closing: Promise<void> | null = null
+  return {
+    udp: { address: udp.address, family: udp.address.includes(':') ? 'IPv6' : 'IPv4', port: udp.port },
+    tcp: address,
+    stopAccepting: () => {
+      relay.stopAccepting()
+      h3.stopAccepting()
+    },
+    close: () => {
+      closing ??= Promise.all([relay.close(H3_CLOSE_REASONS.shutdown), h3.close(H3_CLOSE_REASONS.shutdown)]).then(() => {})
+      return closing
+    },
   }
 }

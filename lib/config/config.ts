@@ -44,6 +44,8 @@ export interface Config {
   readonly tunnelProtocol: 'raw-quic' | 'webtransport'
   readonly quicRetry: boolean
   readonly quicMaxConnections: number
+  readonly webtransportMaxSessionsPerConnection: number
+  readonly webtransportMaxSessions: number
   readonly httpMaxBodyBytes: number
   readonly httpHeadersTimeoutMs: number
   readonly httpIdleTimeoutMs: number
@@ -307,6 +309,8 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     tunnelProtocol: str('tunnel-protocol') as Config['tunnelProtocol'],
     quicRetry: bool('quic-retry'),
     quicMaxConnections: int('quic-max-connections', 1, 1_000_000) ?? 10000,
+    webtransportMaxSessionsPerConnection: int('webtransport-max-sessions-per-connection', 1, 1000) ?? 1,
+    webtransportMaxSessions: int('webtransport-max-sessions', 1, 1_000_000) ?? 10000,
     httpMaxBodyBytes: int('http-max-body-bytes', 0, 2 ** 40) ?? 33554432,
     httpHeadersTimeoutMs: int('http-headers-timeout-ms', 1, MAX_MS) ?? 30000,
     httpIdleTimeoutMs: int('http-idle-timeout-ms', 1, MAX_MS) ?? 300000,

@@ -116,6 +116,10 @@ export const FLAGS: readonly FlagSpec[] = [
   flag('upstream-tls-system-ca', 'bool', 'false', 'with --upstream-tls, also trust the system CA store for Stargate certificates (without it a trust bundle is required)'),
   flag('trusted-proxy-cidrs', 'list', undefined, 'repeatable or comma-separated: proxies (CIDR blocks or addresses) whose x-forwarded-for, forwarded and x-real-ip are believed; from other peers they are replaced'),
 
+  // WebTransport sessions (issue 16)
+  flag('webtransport-max-sessions-per-connection', 'int', '1', 'WebTransport sessions one Pylon connection may hold at once over HTTP/2 (429 above it; each has its own upstream connection); over HTTP/3 a connection carries one session, as the Rust router (a further request is reset with H3_REQUEST_REJECTED)'),
+  flag('webtransport-max-sessions', 'int', '10000', 'WebTransport sessions (waiting for the pod or bridged) the router holds at once (503 above it)'),
+
   // Logging
   flag('log-level', 'string', 'info', 'pino log level', { choices: ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] }),
   flag('log-format', 'string', 'json', 'json lines, or pretty for humans', { choices: ['json', 'pretty'] }),

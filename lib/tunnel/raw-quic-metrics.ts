@@ -155,7 +155,7 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
     }),
     quicHandshakeFailures: new Counter({
       name: PREFIX + 'quic_handshake_failures_total',
-      help: 'Raw QUIC handshakes refused or failed, by reason: missing_sni, unknown_sni, target_unavailable (refused from the Initial), alpn, certificate, client_certificate, timeout, tls, protocol, peer_refused, unreachable (the Pylon leg), and the same prefixed upstream_ for the leg to the pod',
+      help: 'QUIC handshakes on the tunnel port (raw QUIC, or WebTransport over HTTP/3) refused or failed, by reason: missing_sni, unknown_sni, target_unavailable (refused from the Initial), alpn, certificate, client_certificate, timeout, tls, protocol, peer_refused, unreachable (the Pylon leg), and the same prefixed upstream_ for the leg to the pod',
       labelNames: ['reason'] as const,
       registers,
     }),

@@ -28,10 +28,9 @@
 import { X509Certificate } from 'node:crypto'
 import type { Logger } from '../log.ts'
 import type { SnapshotReader } from '../discovery/types.ts'
-import type { TargetSnapshot } from '../discovery/types.ts'
 import type { TrustBundle } from '../tls/types.ts'
 import { verifiesAgainst } from '../tls/client-cert.ts'
-import { handshakeFailure } from '../quic/handshake-failure.ts'
+import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { resolveSni } from '../routing/resolve.ts'
 import type { QuicEngine, TransportOptions } from '../quic/engine.ts'
@@ -39,18 +38,10 @@ import type { QuicCloseInfo, QuicConnection } from '../quic/connection.ts'
 import type { QuicProposal } from '../quic/endpoint.ts'
 import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
 import type { QuicStream, QuicStreamHandler } from '../quic/stream.ts'
-import type { HandshakeFailureLabel, QuicOutcome, RawQuicMetrics, RelayedBytes } from './raw-quic-metrics.ts'
+import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './raw-quic-metrics.ts'
 
-/** Close reasons (SPEC §7 wire strings), all with application error code 0. */
-export const CLOSE_REASONS = {
-  missing_sni: 'missing target SNI',
-  unknown_sni: 'unknown target SNI',
-  target_unavailable: 'target stargate not ready',
-  shutdown: 'router shutdown',
-  trust_replaced: 'upstream trust changed',
-  target_left: 'target stargate left the ready set',
-  client_trust_replaced: 'client trust changed',
-} as const
+/** Close reasons (SPEC §7 wire strings), all with application error code 0: the tunnel port's. */
+export const CLOSE_REASONS = TUNNEL_CLOSE_REASONS
 
 export interface UpstreamCredentials {
   readonly credentials: ClientCredentials
@@ -84,10 +75,6 @@ interface Tunnel {
   /** ALPN protocols the Pylon offered (for failure logs). */
   readonly offered: readonly string[]
   identity: string
-  /** The pod leg's address, to notice a pod that moved. */
-  address: string
-  quicPort: number
-  drainTimer: NodeJS.Timeout | null
   generation: number
   upstream: QuicConnection | null
   upstreamReady: boolean
@@ -111,20 +98,21 @@ export class RawQuicRelay {
   readonly #options: RawQuicRelayOptions
   readonly #tunnels = new Set<Tunnel>()
   readonly #ended = { clientToStargate: 0, stargateToClient: 0 }
-  /** Relayed tunnels by pod identity (drain when the pod leaves the ready set). */
-  readonly #byIdentity = new Map<string, Set<Tunnel>>()
-  readonly #unsubscribe: () => void
+  /** Relayed tunnels follow the snapshot (closed when their pod leaves the ready set). */
+  readonly #drain: PodDrain<Tunnel>
+  readonly #failures: HandshakeFailureLog
   #accepting = true
 
   constructor (options: RawQuicRelayOptions) {
     this.#options = options
+    this.#failures = new HandshakeFailureLog({ counter: options.metrics.quicHandshakeFailures, logger: options.logger, message: 'raw quic handshake refused' })
     options.metrics.setRelayedBytesSource(() => this.relayedBytes())
-    this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
+    this.#drain = new PodDrain({ snapshot: options.snapshot, graceMs: options.drainGraceMs, onDrained: (tunnel) => { this.#closeBoth(tunnel, CLOSE_REASONS.target_left, 'completed') } })
   }
 
   /** Stops following the snapshot (shutdown). */
   dispose (): void {
-    this.#unsubscribe()
+    this.#drain.dispose()
   }
 
   /** Tunnels being relayed (or dialing their Stargate) now. */
@@ -195,7 +183,7 @@ export class RawQuicRelay {
     if (!route.ok) {
       metrics.quicConnections.labels(route.reason).inc()
       proposal.reject(CLOSE_REASONS[route.reason])
-      this.#failed(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
+      this.#failures.record(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
       return
     }
     const credentials = this.#options.serverCredentials()
@@ -211,9 +199,6 @@ export class RawQuicRelay {
       sni: proposal.sni ?? '',
       offered: proposal.alpn,
       identity: route.target.identity,
-      address: route.target.address,
-      quicPort: route.target.quicPort,
-      drainTimer: null,
       generation: 0,
       upstream: null,
       upstreamReady: false,
@@ -247,17 +232,10 @@ export class RawQuicRelay {
     }
     const target = route.target
     tunnel.identity = target.identity
-    tunnel.address = target.address
-    tunnel.quicPort = target.quicPort
     metrics.quicConnections.labels('accepted').inc()
     metrics.quicRelayConnectionsActive.inc()
     this.#tunnels.add(tunnel)
-    let set = this.#byIdentity.get(target.identity)
-    if (set === undefined) {
-      set = new Set()
-      this.#byIdentity.set(target.identity, set)
-    }
-    set.add(tunnel)
+    this.#drain.follow(tunnel, target)
     const upstreamCredentials = this.#options.upstreamCredentials()
     tunnel.generation = upstreamCredentials.generation
     const alpn = tunnel.client.alpn
@@ -373,14 +351,12 @@ export class RawQuicRelay {
     if (!this.#tunnels.has(tunnel)) {
       // The Pylon's handshake never completed, or the tunnel was refused after it.
       tunnel.ended = true
-      const reason = handshakeFailure(info, 'server')
-      if (reason !== null) this.#failed(reason, { remote: tunnel.client.remoteAddress, sni: tunnel.sni, alpn: tunnel.offered, alert: info.alert, code: info.code })
+      this.#failures.closed('pylon', info, { remote: tunnel.client.remoteAddress, sni: tunnel.sni, alpn: tunnel.offered })
       return
     }
     const identity = tunnel.identity
     if (leg === 'upstream' && !info.established) {
-      const reason = handshakeFailure(info, 'client')
-      if (reason !== null) this.#failed(`upstream_${reason}`, { target: identity, sni: tunnel.sni, alpn: tunnel.client.alpn, alert: info.alert, code: info.code })
+      this.#failures.closed('pod', info, { target: identity, sni: tunnel.sni, alpn: tunnel.client.alpn })
       this.#closeBoth(tunnel, `stargate ${identity} could not be reached: ${upstreamFailure(info)}`, 'relay_error')
       return
     }
@@ -415,34 +391,6 @@ export class RawQuicRelay {
     this.#end(tunnel, outcome, `${leg} ${info.kind}: ${info.reasonText === '' ? `code ${info.code}` : info.reasonText}`)
   }
 
-  /** Counts a refused or failed handshake and logs it (the logger rate-limits it per reason). */
-  #failed (reason: HandshakeFailureLabel, fields: Record<string, unknown>): void {
-    this.#options.metrics.quicHandshakeFailures.labels(reason).inc()
-    this.#options.logger.warn({ reason, ...fields }, 'raw quic handshake refused')
-  }
-
-  #onSnapshot (snapshot: TargetSnapshot): void {
-    if (!snapshot.initialized) return
-    for (const [identity, set] of this.#byIdentity) {
-      const target = snapshot.byIdentity.get(identity)
-      for (const tunnel of set) {
-        const present = target !== undefined && target.address === tunnel.address && target.quicPort === tunnel.quicPort
-        if (present && tunnel.drainTimer !== null) {
-          clearTimeout(tunnel.drainTimer)
-          tunnel.drainTimer = null
-        } else if (!present && tunnel.drainTimer === null) {
-          tunnel.drainTimer = setTimeout(RawQuicRelay.#onDrain, this.#options.drainGraceMs, this, tunnel)
-          tunnel.drainTimer.unref()
-        }
-      }
-    }
-  }
-
-  static #onDrain (relay: RawQuicRelay, tunnel: Tunnel): void {
-    tunnel.drainTimer = null
-    relay.#closeBoth(tunnel, CLOSE_REASONS.target_left, 'completed')
-  }
-
   #closeLater (tunnel: Tunnel, reason: string, graceMs: number): void {
     tunnel.graceTimer = setTimeout(RawQuicRelay.#onGrace, graceMs, this, tunnel, reason)
     tunnel.graceTimer.unref()
@@ -465,12 +413,8 @@ export class RawQuicRelay {
     tunnel.ended = true
     if (tunnel.graceTimer !== null) clearTimeout(tunnel.graceTimer)
     tunnel.graceTimer = null
-    if (tunnel.drainTimer !== null) clearTimeout(tunnel.drainTimer)
-    tunnel.drainTimer = null
     if (!this.#tunnels.delete(tunnel)) return
-    const set = this.#byIdentity.get(tunnel.identity)
-    set?.delete(tunnel)
-    if (set !== undefined && set.size === 0) this.#byIdentity.delete(tunnel.identity)
+    this.#drain.forget(tunnel)
     // Bytes of legs that are still closing are counted now; they relay nothing more.
     for (const conn of [tunnel.client, tunnel.upstream]) {
       if (conn === null || conn.closed) continue

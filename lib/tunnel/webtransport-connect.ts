@@ -11,6 +11,8 @@ import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { PodTarget, TargetSnapshot } from '../discovery/types.ts'
 import { resolveAuthority, resolveSni } from '../routing/resolve.ts'
 import type { WebTransportOutcome } from './webtransport-metrics.ts'
+import type { RequestHead } from '../quic/h3/message.ts'
+import type { FieldLine } from '../quic/h3/qpack.ts'
 
 /** The only path a session request may use. */
 export const SESSION_PATH = '/_stargate/webtransport'
@@ -28,6 +30,9 @@ export const REJECTIONS = {
   upstream_no_webtransport: { status: 502, outcome: 'upstream_connect_error', message: 'stargate target does not accept extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL)' },
   upstream_no_answer: { status: 504, outcome: 'upstream_connect_error', message: 'stargate target did not answer the session request in time' },
   shutting_down: { status: 503, outcome: null, message: 'router is shutting down' },
+  // Session caps (issue 16): counted in webtransport_sessions_refused_total, not as an outcome.
+  connection_session_limit: { status: 429, outcome: null, message: 'too many webtransport sessions on this connection; open another connection' },
+  total_session_limit: { status: 503, outcome: null, message: 'the router carries as many webtransport sessions as it may; retry later' },
 } as const satisfies Record<string, { status: number, outcome: WebTransportOutcome | null, message: string }>
 
 export type RejectionCode = keyof typeof REJECTIONS
@@ -38,11 +43,15 @@ const OK: ConnectCheck = Object.freeze({ ok: true })
 
 /** Whether a request is a WebTransport session request at SESSION_PATH (a query string is allowed). */
 export function checkConnect (headers: IncomingHttpHeaders): ConnectCheck {
-  if (headers[':method'] !== 'CONNECT') return { ok: false, code: 'wrong_method' }
-  const protocol = headers[':protocol']
-  if (protocol === undefined) return { ok: false, code: 'missing_protocol' }
-  if (protocol !== 'webtransport') return { ok: false, code: 'wrong_protocol' }
   const path = headers[':path']
+  return checkConnectHead(headers[':method'], headers[':protocol'], typeof path === 'string' ? path : undefined)
+}
+
+/** The same rules on a decoded request head (HTTP/3: lib/quic/h3/message.ts). */
+export function checkConnectHead (method: string | undefined, protocol: string | null | undefined, path: string | null | undefined): ConnectCheck {
+  if (method !== 'CONNECT') return { ok: false, code: 'wrong_method' }
+  if (protocol === undefined || protocol === null) return { ok: false, code: 'missing_protocol' }
+  if (protocol !== 'webtransport') return { ok: false, code: 'wrong_protocol' }
   if (typeof path !== 'string') return { ok: false, code: 'wrong_path' }
   const query = path.indexOf('?')
   const bare = query < 0 ? path : path.slice(0, query)
@@ -132,4 +141,25 @@ export function downstreamResponseHeaders (upstream: IncomingHttpHeaders & Incom
   }
   out[':status'] = upstream[':status'] ?? 502
   return out
+}
+
+/** Hop-by-hop in HTTP/3 WebTransport: the draft-02 answer header belongs to each leg's own draft. */
+const H3_PER_HOP = new Set(['sec-webtransport-http3-draft'])
+
+/**
+ * The upstream HTTP/3 CONNECT (SPEC §7): the downstream request's pseudo-headers as received
+ * and then every regular field in order, repeated ones repeated (the HTTP/3 layer already
+ * refused connection-specific fields as malformed).
+ */
+export function upstreamH3Fields (head: RequestHead): FieldLine[] {
+  const out: FieldLine[] = [[':method', head.method], [':protocol', head.protocol ?? 'webtransport'], [':scheme', head.scheme ?? 'https']]
+  if (head.authority !== null) out.push([':authority', head.authority])
+  out.push([':path', head.path ?? SESSION_PATH])
+  for (const line of head.fields) out.push(line)
+  return out
+}
+
+/** The pod's response fields to pass to the Pylon: all but the per-hop ones. */
+export function downstreamH3Fields (fields: readonly FieldLine[]): FieldLine[] {
+  return fields.filter(([name]) => !H3_PER_HOP.has(name))
 }

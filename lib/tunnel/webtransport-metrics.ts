@@ -21,6 +21,13 @@ export const WEBTRANSPORT_OUTCOMES = [
 ] as const
 export type WebTransportOutcome = typeof WEBTRANSPORT_OUTCOMES[number]
 
+/**
+ * Session requests refused by a session cap (issue 16, from review of issue 14): outside the
+ * Rust router's outcome names, so counted on their own.
+ */
+export const SESSION_REFUSALS = ['connection_limit', 'total_limit'] as const
+export type SessionRefusal = typeof SESSION_REFUSALS[number]
+
 export const BRIDGE_DIRECTIONS = ['to_upstream', 'to_downstream'] as const
 export type BridgeDirection = typeof BRIDGE_DIRECTIONS[number]
 
@@ -28,6 +35,7 @@ export interface WebTransportMetrics {
   readonly sessions: Counter<'outcome'>
   readonly activeSessions: Gauge
   readonly bridgedBytes: Counter<'direction'>
+  readonly sessionsRefused: Counter<'reason'>
 }
 
 const byRegistry = new WeakMap<Registry, WebTransportMetrics>()
@@ -54,8 +62,15 @@ export function createWebTransportMetrics (registry: Registry): WebTransportMetr
       labelNames: ['direction'] as const,
       registers,
     }),
+    sessionsRefused: new Counter({
+      name: PREFIX + 'webtransport_sessions_refused_total',
+      help: 'WebTransport session requests refused by a session cap: connection_limit (--webtransport-max-sessions-per-connection), total_limit (--webtransport-max-sessions)',
+      labelNames: ['reason'] as const,
+      registers,
+    }),
   }
   for (const outcome of WEBTRANSPORT_OUTCOMES) metrics.sessions.labels(outcome).inc(0)
+  for (const reason of SESSION_REFUSALS) metrics.sessionsRefused.labels(reason).inc(0)
   for (const direction of BRIDGE_DIRECTIONS) metrics.bridgedBytes.labels(direction).inc(0)
   byRegistry.set(registry, metrics)
   return metrics

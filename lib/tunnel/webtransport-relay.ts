@@ -17,6 +17,12 @@
  * sessions keep relaying) → close(reason) (every session gets a close capsule with the
  * reason, what has not finished CLOSE_GRACE_MS later is reset). close() is idempotent.
  *
+ * Caps (issue 16, from review of issue 14): every session has an upstream connection of its
+ * own (its SETTINGS carry the Pylon's flow control, see webtransport-upstream.ts), so the
+ * sessions a Pylon connection may hold at once (--webtransport-max-sessions-per-connection,
+ * 429 above it) and the sessions of the whole relay (--webtransport-max-sessions, 503), pending
+ * and bridged alike, bound the upstream connections too.
+ *
  * Liveness (--relay-idle-timeout-ms, --relay-keep-alive-ms): one coarse tick for all
  * sessions (1 s, shorter for short timeouts; times are read from it, not per chunk). With keep-alive on, both legs' connections are PINGed every keep-alive interval
  * and a PING answer counts as a sign of life; a session closes with reason `idle timeout`
@@ -38,6 +44,7 @@ import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upst
 import { UpstreamDial, type DialAnswer, type DialFailure, type UpstreamTrust } from './webtransport-upstream.ts'
 import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './webtransport-bridge.ts'
 import type { WebTransportMetrics } from './webtransport-metrics.ts'
+import { TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
 
 export interface WebTransportRelayOptions {
   readonly host: string
@@ -56,6 +63,10 @@ export interface WebTransportRelayOptions {
   readonly keepAliveMs: number
   readonly maxConcurrentStreams: number
   readonly maxHeaderListSize: number
+  /** Sessions (pending and bridged) one Pylon connection may hold at once. */
+  readonly maxSessionsPerConnection: number
+  /** Sessions (pending and bridged) the relay holds at once. */
+  readonly maxSessions: number
   /** Advertised to Pylons as the initial WebTransport flow control (default: the library's). */
   readonly wtSettings?: Readonly<Record<number, number>>
   readonly metrics: WebTransportMetrics
@@ -70,8 +81,16 @@ const MIN_TICK_MS = 20
 /** A pod's non-2xx answer is passed through with at most this much body. */
 const MAX_REJECTION_BODY = 64 * 1024
 
+/** A Pylon connection: its streams, since when it has had none, and its sessions (pending and bridged). */
+interface DownstreamConnection {
+  streams: number
+  idleSince: number
+  sessions: number
+}
+
 interface PendingSession {
   readonly stream: ServerHttp2Stream
+  readonly connection: DownstreamConnection
   readonly dial: UpstreamDial
   readonly trustKey: string
   /** Set once the dial reported or the Pylon left; the other event is then ignored. */
@@ -88,10 +107,12 @@ export class WebTransportRelay {
   readonly #server: http2.Http2SecureServer
   readonly #guard: RapidResetGuard
   /** Pylon connections: session requests open on each, and since when it has had none. */
-  readonly #sessions = new Map<ServerHttp2Session, { streams: number, idleSince: number }>()
+  readonly #sessions = new Map<ServerHttp2Session, DownstreamConnection>()
   /** Pods whose WebTransport SETTINGS differ from what Pylons are told (warned once each). */
   readonly #settingsWarned = new Set<string>()
   readonly #bridges = new Set<WebTransportBridge>()
+  /** The Pylon connection each bridge's session counts against. */
+  readonly #bridgeConnections = new Map<WebTransportBridge, DownstreamConnection>()
   readonly #pending = new Set<PendingSession>()
   readonly #clock: CoarseClock = { now: Date.now() }
   #tick: NodeJS.Timeout | null = null
@@ -161,10 +182,11 @@ export class WebTransportRelay {
     return this.#address
   }
 
-  async listen (): Promise<AddressInfo> {
+  /** Listens on port (default: the option), e.g. the number the HTTP/3 listener got on UDP. */
+  async listen (port: number = this.#options.port): Promise<AddressInfo> {
     await new Promise<void>((resolve, reject) => {
       this.#server.once('error', reject)
-      this.#server.listen(this.#options.port, this.#options.host, () => {
+      this.#server.listen(port, this.#options.host, () => {
         this.#server.off('error', reject)
         resolve()
       })
@@ -197,7 +219,7 @@ export class WebTransportRelay {
     let closed = 0
     for (const bridge of this.#bridges) {
       if (bridge.trustKey === currentKey) continue
-      bridge.close(0, 'upstream trust replaced', 'trust_replaced')
+      bridge.close(0, TUNNEL_CLOSE_REASONS.trust_replaced, 'trust_replaced')
       closed++
     }
     return closed
@@ -212,7 +234,7 @@ export class WebTransportRelay {
       const chain = peerChainOf(socket)
       if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
       for (const bridge of this.#bridges) {
-        if (bridge.downstreamSession === session) bridge.close(0, 'client trust replaced', 'trust_replaced')
+        if (bridge.downstreamSession === session) bridge.close(0, TUNNEL_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
       }
       session.close()
       closed++
@@ -221,7 +243,7 @@ export class WebTransportRelay {
   }
 
   /** Closes every session with the reason and stops listening. Idempotent. */
-  close (reason = 'router shutdown'): Promise<void> {
+  close (reason: string = TUNNEL_CLOSE_REASONS.shutdown): Promise<void> {
     this.#closing ??= this.#close(reason)
     return this.#closing
   }
@@ -255,20 +277,20 @@ export class WebTransportRelay {
       session.destroy()
       return
     }
-    const state = { streams: 0, idleSince: this.#clock.now }
+    const state: DownstreamConnection = { streams: 0, idleSince: this.#clock.now, sessions: 0 }
     this.#sessions.set(session, state)
     session.on('stream', (stream, headers, _flags, rawHeaders) => {
       state.streams++
       stream.once('close', () => {
         if (--state.streams === 0) state.idleSince = this.#clock.now
       })
-      this.#onStream(session, stream, headers, rawHeaders)
+      this.#onStream(session, state, stream, headers, rawHeaders)
     })
     session.on('close', () => { this.#sessions.delete(session) })
     session.on('error', (err) => { this.#options.logger.debug({ err: err.message }, 'webtransport http2 session error') })
   }
 
-  #onStream (session: ServerHttp2Session, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: readonly string[]): void {
+  #onStream (session: ServerHttp2Session, connection: DownstreamConnection, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: readonly string[]): void {
     this.#guard.onStream(session, stream)
     stream.on('error', ignore)
     if (stream.destroyed || stream.closed) return
@@ -279,6 +301,16 @@ export class WebTransportRelay {
     const check = checkConnect(headers)
     if (!check.ok) {
       this.#reject(stream, check.code, null)
+      return
+    }
+    if (connection.sessions >= this.#options.maxSessionsPerConnection) {
+      this.#options.metrics.sessionsRefused.labels('connection_limit').inc()
+      this.#reject(stream, 'connection_session_limit', null)
+      return
+    }
+    if (this.#pending.size + this.#bridges.size >= this.#options.maxSessions) {
+      this.#options.metrics.sessionsRefused.labels('total_limit').inc()
+      this.#reject(stream, 'total_session_limit', null)
       return
     }
     const socket = session.socket as TLSSocket
@@ -308,6 +340,7 @@ export class WebTransportRelay {
     })
     const created: PendingSession = {
       stream,
+      connection,
       dial,
       trustKey: trust.key,
       settled: false,
@@ -315,6 +348,7 @@ export class WebTransportRelay {
     }
     pending = created
     this.#pending.add(created)
+    connection.sessions++
     stream.once('close', created.onStreamClose)
   }
 
@@ -330,6 +364,7 @@ export class WebTransportRelay {
     if (pending.settled) return false
     pending.settled = true
     this.#pending.delete(pending)
+    pending.connection.sessions--
     pending.stream.off('close', pending.onStreamClose)
     return true
   }
@@ -359,7 +394,7 @@ export class WebTransportRelay {
     if (answer.status >= 200 && answer.status < 300) {
       this.#checkPodSettings(target, answer.session.remoteSettings.customSettings)
       stream.respond(downstreamResponseHeaders(answer.headers), { endStream: false })
-      this.#bridge(stream, answer, pending.trustKey, target)
+      this.#bridge(stream, answer, pending.trustKey, target, pending.connection)
       return
     }
     this.#passThroughRejection(stream, answer)
@@ -382,7 +417,7 @@ export class WebTransportRelay {
     this.#options.logger.warn({ target, pod, advertised }, `stargate ${target} advertises WebTransport flow-control settings that differ from the ones the router gives Pylons; large transfers may stall`)
   }
 
-  #bridge (stream: ServerHttp2Stream, answer: DialAnswer, trustKey: string, target: string): void {
+  #bridge (stream: ServerHttp2Stream, answer: DialAnswer, trustKey: string, target: string, connection: DownstreamConnection): void {
     const bridge = new WebTransportBridge({
       downstream: stream,
       upstream: answer.stream,
@@ -395,12 +430,17 @@ export class WebTransportRelay {
       onEnd: (ended, end) => { this.#onBridgeEnd(ended, end) },
     })
     this.#bridges.add(bridge)
+    this.#bridgeConnections.set(bridge, connection)
+    connection.sessions++
     this.#options.metrics.activeSessions.inc()
     this.#options.logger.debug({ target }, 'webtransport session bridged')
   }
 
   #onBridgeEnd (bridge: WebTransportBridge, end: BridgeEnd): void {
     if (!this.#bridges.delete(bridge)) return
+    const connection = this.#bridgeConnections.get(bridge)
+    this.#bridgeConnections.delete(bridge)
+    if (connection !== undefined) connection.sessions--
     this.#options.metrics.sessions.labels(end).inc()
     this.#options.metrics.activeSessions.dec()
     if (this.#bridges.size === 0) this.#onDrained?.()

@@ -75,6 +75,8 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'peer-check-interval-ms': 5000,
   'peer-check-timeout-ms': 1000,
   'peer-divergence-grace-ms': 60000,
+  'webtransport-max-sessions-per-connection': 2,
+  'webtransport-max-sessions': 5000,
   'log-level': 'debug',
   'log-format': 'pretty',
   // Limits and timeouts (issue 14)

@@ -55,8 +55,8 @@ t.test('replacing the upstream trust bundle closes bridged sessions with outcome
   // The new bundle still holds the pods' CA, plus another: a CA rotation with overlap.
   const next = await createCa({ name: 'next stargate ca' })
   await writeFile(join(cluster.dir, 'ca.crt'), cluster.ca.certPem + next.certPem)
-  t.strictSame(await pylon.ended, { ok: true, closeCode: 0, reason: 'upstream trust replaced' }, 'the Pylon is told why')
-  t.strictSame(await atPod.wt.ended, { ok: true, closeCode: 0, reason: 'upstream trust replaced' }, 'and so is the pod')
+  t.strictSame(await pylon.ended, { ok: true, closeCode: 0, reason: 'upstream trust changed' }, 'the Pylon is told why')
+  t.strictSame(await atPod.wt.ended, { ok: true, closeCode: 0, reason: 'upstream trust changed' }, 'and so is the pod')
   await waitFor(async () => await cluster.metric('trust_replaced') === 1, { message: 'outcome trust_replaced' })
   const again = await cluster.open('stargate-0')
   t.equal(again.status, 200, 'a new session is bridged under the new bundle')

@@ -1,0 +1,264 @@
+/**
+ * WebTransport over HTTP/3 on the tunnel's UDP port (SPEC §7), as the Rust router, the real
+ * Pylon and the real Stargate speak it, on the QUIC engine.
+ *
+ *   Initial ──SNI (read from the ClientHello before any handshake work)──▶ routed?
+ *     no  → refused in the Initial: `missing target SNI` / `unknown target SNI` /
+ *           `target stargate not ready`, counted under that outcome
+ *     yes → accepted with ALPN h3 and the current server credentials (`accepted` counted)
+ *           → a WebTransportH3Tunnel (webtransport-h3-tunnel.ts) carries the session
+ *
+ * Policy lives here: the session cap (--webtransport-max-sessions, pending and bridged; one
+ * session per connection, the HTTP/3 max-sessions setting), the upstream trust in force for new
+ * dials and the tunnels verified under an older one (closed, `trust_replaced`), client
+ * certificates that no longer verify after a client-trust change, tunnels to pods that left the
+ * ready set (closed after --drain-grace-ms with `target stargate left the ready set`), and
+ * shutdown (`router shutdown` on every session, then the connections).
+ */
+import { X509Certificate } from 'node:crypto'
+import type { QuicEngine } from '../quic/engine.ts'
+import type { QuicConnection } from '../quic/connection.ts'
+import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
+import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../quic/endpoint.ts'
+import type { QuicH3Options } from '../quic/h3/quic-h3.ts'
+import type { PodTarget, SnapshotReader } from '../discovery/types.ts'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import { resolveSni } from '../routing/resolve.ts'
+import type { Logger } from '../log.ts'
+import type { TrustBundle } from '../tls/types.ts'
+import { verifiesAgainst } from '../tls/client-cert.ts'
+import type { QuicCloseInfo } from '../quic/connection.ts'
+import type { RawQuicMetrics } from './raw-quic-metrics.ts'
+import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
+import { REJECTIONS, type RejectionCode } from './webtransport-connect.ts'
+import type { WebTransportMetrics } from './webtransport-metrics.ts'
+import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './webtransport-h3-tunnel.ts'
+
+/** The tunnel port's close reasons: a Pylon reads the same in either mode of the port. */
+export const H3_CLOSE_REASONS = TUNNEL_CLOSE_REASONS
+
+export interface UpstreamQuicTrust {
+  readonly credentials: ClientCredentials
+  /** Names the trust; tunnels dialed under another key are closed when it changes. */
+  readonly key: string
+}
+
+export interface WebTransportH3RelayOptions {
+  readonly engine: QuicEngine
+  readonly host: string
+  readonly port: number
+  readonly snapshot: SnapshotReader
+  readonly template: HostnameTemplate
+  /** Credentials for new Pylon connections (null: no identity, every connection refused). */
+  readonly serverCredentials: () => ServerCredentials | null
+  readonly upstreamTrust: () => UpstreamQuicTrust
+  readonly connectTimeoutMs: number
+  readonly idleTimeoutMs: number
+  /** 0 disables keep-alive PINGs. */
+  readonly keepAliveMs: number
+  readonly drainGraceMs: number
+  /** Sessions (waiting for the pod or bridged) at once. */
+  readonly maxSessions: number
+  /** The HTTP/3 max-sessions setting offered to Pylons (at most 1: one session per connection). */
+  readonly maxSessionsPerConnection: number
+  readonly maxFieldSectionSize: number
+  readonly limits?: QuicEndpointLimits
+  /** Stateless reset key (see QuicListenOptions.resetSecret). */
+  readonly resetSecret?: Uint8Array | null
+  readonly metrics: WebTransportMetrics
+  /** The tunnel port's QUIC handshake failures, counted as for raw QUIC (issue 15). */
+  readonly handshakeFailures?: RawQuicMetrics['quicHandshakeFailures'] | null
+  readonly logger: Logger
+}
+
+export class WebTransportH3Relay implements TunnelHost {
+  readonly h3Options: QuicH3Options
+  readonly connectTimeoutMs: number
+  readonly #options: WebTransportH3RelayOptions
+  readonly #tunnels = new Set<WebTransportH3Tunnel>()
+  /** Sessions admitted (dialing or bridged) whose outcome is not final yet: what --webtransport-max-sessions bounds. */
+  #sessions = 0
+  /** Tunnels follow the snapshot: closed when their pod leaves the ready set (from listen() on). */
+  #drain: PodDrain<WebTransportH3Tunnel> | null = null
+  #endpoint: QuicEndpoint | null = null
+  #accepting = true
+  #closing: Promise<void> | null = null
+  readonly #failures: HandshakeFailureLog
+
+  constructor (options: WebTransportH3RelayOptions) {
+    this.#options = options
+    this.connectTimeoutMs = options.connectTimeoutMs
+    this.#failures = new HandshakeFailureLog({ counter: options.handshakeFailures ?? null, logger: options.logger, message: 'webtransport http/3 handshake refused' })
+    this.h3Options = {
+      maxFieldSectionSize: options.maxFieldSectionSize,
+      // A tunnel is one Pylon connection carrying one session, as the Rust router serves it:
+      // the setting says so, and a further session request is reset (H3_REQUEST_REJECTED).
+      webTransportMaxSessions: Math.min(1, options.maxSessionsPerConnection),
+    }
+  }
+
+  /** Tunnels open now (any state). */
+  get tunnels (): number {
+    return this.#tunnels.size
+  }
+
+  get endpoint (): QuicEndpoint | null {
+    return this.#endpoint
+  }
+
+  /** Binds the UDP port (port overrides the option: the HTTP/2 listener's when that was 0). */
+  listen (port: number = this.#options.port): { readonly address: string, readonly port: number } {
+    const { engine, host } = this.#options
+    this.#endpoint = engine.listen({
+      host,
+      port,
+      ...this.#options.limits,
+      resetSecret: this.#options.resetSecret ?? null,
+      transport: this.#transport(),
+      onProposal: (proposal) => { this.#onProposal(proposal) },
+    })
+    this.#drain = new PodDrain({ snapshot: this.#options.snapshot, graceMs: this.#options.drainGraceMs, onDrained: (tunnel) => { tunnel.close(H3_CLOSE_REASONS.target_left) } })
+    for (const tunnel of this.#tunnels) this.#drain.follow(tunnel, tunnel.target)
+    return { address: this.#endpoint.address, port: this.#endpoint.port }
+  }
+
+  /** Unbinds the UDP port again (before any tunnel: the TCP listener could not take the same number). */
+  unlisten (): void {
+    this.#drain?.dispose()
+    this.#drain = null
+    this.#endpoint?.close()
+    this.#endpoint = null
+  }
+
+  /** Shutdown has begun: new connections are refused; open tunnels keep relaying. */
+  stopAccepting (): void {
+    this.#accepting = false
+  }
+
+  /** Closes tunnels dialed under another upstream trust (outcome trust_replaced); returns how many. */
+  closeTrust (currentKey: string): number {
+    let closed = 0
+    for (const tunnel of this.#tunnels) {
+      if (tunnel.up === null || tunnel.trustKey === currentKey || tunnel.state === 'closing' || tunnel.state === 'closed') continue
+      tunnel.close(H3_CLOSE_REASONS.trust_replaced, 'trust_replaced')
+      closed++
+    }
+    return closed
+  }
+
+  /** After a client-trust change: closes tunnels whose Pylon certificate no longer verifies. */
+  closeUntrustedClients (bundle: TrustBundle, now: Date = new Date()): number {
+    let closed = 0
+    for (const tunnel of this.#tunnels) {
+      if (tunnel.state === 'closing' || tunnel.state === 'closed') continue
+      const chain = tunnel.down.quic.peerCertificates().map((der) => new X509Certificate(der))
+      if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
+      tunnel.close(H3_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
+      closed++
+    }
+    return closed
+  }
+
+  /** Every session gets a close capsule with the reason, then the connections close. Idempotent. */
+  close (reason: string = H3_CLOSE_REASONS.shutdown): Promise<void> {
+    this.#closing ??= this.#close(reason)
+    return this.#closing
+  }
+
+  async #close (reason: string): Promise<void> {
+    this.#accepting = false
+    this.#drain?.dispose()
+    for (const tunnel of this.#tunnels) tunnel.close(reason)
+    if (this.#tunnels.size > 0) await new Promise((resolve) => { setTimeout(resolve, CLOSE_GRACE_MS + 200).unref() })
+    for (const tunnel of [...this.#tunnels]) tunnel.destroy(reason)
+    this.#endpoint?.close()
+  }
+
+  // ── TunnelHost ────────────────────────────────────────────────────────────────────
+
+  dial (target: PodTarget, serverName: string): { readonly quic: QuicConnection, readonly trustKey: string } | null {
+    const trust = this.#options.upstreamTrust()
+    try {
+      const quic = this.#options.engine.connect({
+        address: target.address,
+        port: target.quicPort,
+        serverName,
+        alpn: ['h3'],
+        credentials: trust.credentials,
+        transport: { ...this.#transport(), handshakeTimeoutMs: this.#options.connectTimeoutMs },
+      })
+      return { quic, trustKey: trust.key }
+    } catch (err) {
+      this.#options.logger.warn({ target: target.identity, err: (err as Error).message }, 'webtransport http/3 dial could not start')
+      return null
+    }
+  }
+
+  admit (): boolean {
+    if (this.#sessions >= this.#options.maxSessions) return false
+    this.#sessions++
+    return true
+  }
+
+  release (): void {
+    this.#sessions--
+  }
+
+  onBridged (tunnel: WebTransportH3Tunnel): void {
+    this.#options.metrics.activeSessions.inc()
+    this.#options.logger.debug({ target: tunnel.target.identity }, 'webtransport http/3 session bridged')
+  }
+
+  onEnd (tunnel: WebTransportH3Tunnel, end: TunnelEnd | null, detail: string): void {
+    if (end !== null) this.#options.metrics.sessions.labels(end).inc()
+    if (tunnel.wasBridged) this.#options.metrics.activeSessions.dec()
+    this.#options.logger.debug({ target: tunnel.target.identity, end, detail, seconds: Math.round((Date.now() - tunnel.startedAt) / 1000) }, 'webtransport http/3 session ended')
+  }
+
+  onHandshakeFailed (tunnel: WebTransportH3Tunnel, leg: 'downstream' | 'upstream', info: QuicCloseInfo): void {
+    if (leg === 'downstream') this.#failures.closed('pylon', info, { remote: tunnel.down.quic.remoteAddress, sni: tunnel.serverName, alpn: ['h3'] })
+    else this.#failures.closed('pod', info, { target: tunnel.target.identity, sni: tunnel.serverName, alpn: ['h3'] })
+  }
+
+  onRejected (tunnel: WebTransportH3Tunnel, code: RejectionCode, detail: string): void {
+    if (code === 'total_session_limit') this.#options.metrics.sessionsRefused.labels('total_limit').inc()
+    else if (code === 'connection_session_limit') this.#options.metrics.sessionsRefused.labels('connection_limit').inc()
+    // A pod that cannot be reached is the operator's business; what a client got wrong is only
+    // counted (a misbehaving client must not be able to flood the log).
+    const fields = { target: tunnel.target.identity, code, detail }
+    const message = `webtransport http/3 session refused: ${REJECTIONS[code].message}`
+    if (code.startsWith('upstream_')) this.#options.logger.info(fields, message)
+    else this.#options.logger.debug(fields, message)
+  }
+
+  // ── internals ─────────────────────────────────────────────────────────────────────
+
+  #transport (): { idleTimeoutMs: number, keepAliveMs: number, datagrams: boolean } {
+    return { idleTimeoutMs: this.#options.idleTimeoutMs, keepAliveMs: this.#options.keepAliveMs, datagrams: true }
+  }
+
+  #onProposal (proposal: QuicProposal): void {
+    if (!this.#accepting) return proposal.reject(H3_CLOSE_REASONS.shutdown)
+    const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)
+    if (!route.ok) {
+      this.#options.metrics.sessions.labels(route.reason).inc()
+      this.#failures.record(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
+      return proposal.reject(H3_CLOSE_REASONS[route.reason])
+    }
+    const credentials = this.#options.serverCredentials()
+    if (credentials === null) return proposal.reject('no server identity')
+    // A Pylon's handshake gets the same bound as the router's dial to a pod.
+    const quic = proposal.accept({ credentials, alpn: ['h3'], transport: { ...this.#transport(), handshakeTimeoutMs: this.#options.connectTimeoutMs } })
+    if (quic === null) return
+    this.#options.metrics.sessions.labels('accepted').inc()
+    const tunnel = new WebTransportH3Tunnel(quic, route.target, (proposal.sni ?? '').toLowerCase(), this)
+    this.#tunnels.add(tunnel)
+    this.#drain?.follow(tunnel, route.target)
+    quic.once('close', () => { this.#onTunnelGone(tunnel) })
+  }
+
+  #onTunnelGone (tunnel: WebTransportH3Tunnel): void {
+    if (!this.#tunnels.delete(tunnel)) return
+    this.#drain?.forget(tunnel)
+  }
+}
