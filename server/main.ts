@@ -134,13 +134,14 @@ async function main (): Promise<void> {
     tunnelProtocol: config.tunnelProtocol,
     frontDoorTls: config.frontDoorTls,
   }, 'starting stargate router')
-  // Loaded only now: the Kubernetes client and the server stack take about a second of CPU
-  // to import, which --help and configuration errors should not pay.
-  const { loadKubeConfig } = await import('../lib/discovery/kube-config.ts')
+  // Loaded only now: the server stack takes most of a second of CPU to import, which --help
+  // and configuration errors should not pay (the Kubernetes client, as long again, only
+  // when the API server is used).
   const { startRouter } = await import('./router.ts')
   let kubeConfig
   // Peer discovery through --peer-service watches the API server even with --discovery file.
   if (config.discovery === 'kubernetes' || (config.enablePeerDiscovery && config.peerService !== null)) {
+    const { loadKubeConfig } = await import('../lib/discovery/kube-config.ts')
     const loaded = loadKubeConfig(process.env)
     if (!loaded.ok) {
       failAfterLogs(logger, loaded.message)

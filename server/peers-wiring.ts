@@ -8,7 +8,6 @@ import type { KubeConfig } from '@kubernetes/client-node'
 import type { Config } from '../lib/config/config.ts'
 import type { SnapshotReader } from '../lib/discovery/types.ts'
 import { PeerSet, type PeerSelf } from '../lib/discovery/peers.ts'
-import { KubernetesPeerSource } from '../lib/discovery/peers-kubernetes.ts'
 import { FilePeerSource } from '../lib/discovery/peers-file.ts'
 import { createPeerSnapshotFetcher } from '../lib/discovery/peer-snapshot-fetch.ts'
 import { PeerDivergenceChecker } from '../lib/discovery/peer-divergence.ts'
@@ -77,6 +76,8 @@ export async function startPeers (context: PeersContext): Promise<RunningPeers |
     if (context.kubeConfig === undefined) throw new Error('peer discovery through --peer-service needs Kubernetes client configuration')
     const namespace = config.peerNamespace
     const service = config.peerService
+    // Imported only when peers come from the API server (the client is slow to load).
+    const { KubernetesPeerSource } = await import('../lib/discovery/peers-kubernetes.ts')
     const k8s = new KubernetesPeerSource({
       kubeConfig: context.kubeConfig,
       namespace,

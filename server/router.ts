@@ -8,7 +8,6 @@ import type { KubeConfig } from '@kubernetes/client-node'
 import type { Config } from '../lib/config/config.ts'
 import { compileHostnameTemplate } from '../lib/routing/hostname-template.ts'
 import { SnapshotStore } from '../lib/discovery/snapshot-store.ts'
-import { KubernetesTargetSource } from '../lib/discovery/kubernetes.ts'
 import { FileTargetSource } from '../lib/discovery/file.ts'
 import type { DiscoveryStatus } from '../lib/discovery/types.ts'
 import { SHUTDOWN_MESSAGE, WatchStargatesHub } from '../lib/control-plane/watch-stargates.ts'
@@ -87,6 +86,9 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   const ports = { grpc: config.grpcPortName, quic: config.quicPortName, http: config.httpPortName }
   if (config.discovery === 'kubernetes') {
     if (deps.kubeConfig === undefined) throw new Error('kubernetes discovery needs a KubeConfig')
+    // Imported only here: the Kubernetes client is about 0.9 s of CPU to load, which a router
+    // reading --targets-file (and every test that starts one) should not pay.
+    const { KubernetesTargetSource } = await import('../lib/discovery/kubernetes.ts')
     const k8s = new KubernetesTargetSource({
       kubeConfig: deps.kubeConfig,
       namespace: config.targetNamespace,
