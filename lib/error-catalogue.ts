@@ -58,3 +58,8 @@ export interface CatalogueArea {
   readonly file: string
   readonly rows: readonly CatalogueRow[]
 }
+
+/** An area's rows, in table order: `seen` renders what the user sees of one entry. */
+export function catalogueRows<E extends ErrorDoc> (table: Readonly<Record<string, E>>, seen: (entry: E, code: string) => string): readonly CatalogueRow[] {
+  return Object.entries(table).map(([code, entry]) => ({ code, seen: seen(entry, code), meaning: entry.meaning, action: entry.action }))
+}

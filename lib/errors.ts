@@ -4,7 +4,7 @@
  * its errors; this module only lists them, for scripts/docs.ts (which renders docs/errors.md) and
  * for test/unit/errors-catalogue.test.ts (which fails on an undocumented, unused or stale code).
  */
-import type { CatalogueArea } from './error-catalogue.ts'
+import { catalogueRows, type CatalogueArea } from './error-catalogue.ts'
 import { HTTP_ERRORS, HTTP_ERROR_AREA } from './http-forward/errors.ts'
 import { GRPC_ERRORS, GRPC_ERROR_AREA } from './control-plane/errors.ts'
 import { QUIC_CLOSE_AREA, QUIC_CLOSE_REASONS, WEBTRANSPORT_CLOSE_AREA, WEBTRANSPORT_CLOSE_REASONS } from './tunnel/errors.ts'
@@ -21,7 +21,7 @@ const HANDSHAKE_FAILURE_AREA: CatalogueArea = {
   where: 'The `reason` label of `stargate_router_quic_handshake_failures_total` and of the warn log `raw quic handshake refused` (rate-limited per reason); prefixed `upstream_` for the leg to the pod. The Pylon sees the TLS alert or close of its own stack.',
   table: 'HANDSHAKE_FAILURES_DOC',
   file: 'lib/quic/handshake-failure.ts',
-  rows: Object.entries(HANDSHAKE_FAILURES_DOC).map(([code, e]) => ({ code, seen: `metric and log reason \`${code}\` / \`upstream_${code}\``, meaning: e.meaning, action: e.action })),
+  rows: catalogueRows(HANDSHAKE_FAILURES_DOC, (_entry, code) => `metric and log reason \`${code}\` / \`upstream_${code}\``),
 }
 
 export const ERROR_CATALOGUE: readonly CatalogueArea[] = [

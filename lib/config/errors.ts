@@ -5,7 +5,7 @@
  * where the flag is checked (lib/config/config.ts) and this table gives their kind's exit code.
  * Indexed with the other areas in lib/errors.ts and documented in docs/errors.md.
  */
-import type { CatalogueArea, ErrorDoc } from '../error-catalogue.ts'
+import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 
 /** message: the stderr text after the prefix, a template where the code fills it, else an example. */
 export const STARTUP_ERRORS = {
@@ -48,5 +48,5 @@ export const STARTUP_ERROR_AREA: CatalogueArea = {
   where: 'One line on stderr, `stargate-router: ` + the message, and the exit code (0 is --help, a clean shutdown, or a signal during start-up).',
   table: 'STARTUP_ERRORS',
   file: 'lib/config/errors.ts',
-  rows: Object.entries(STARTUP_ERRORS).map(([code, e]) => ({ code, seen: `exit ${e.exit}, \`stargate-router: ${e.message}\``, meaning: e.meaning, action: e.action })),
+  rows: catalogueRows(STARTUP_ERRORS, (e) => `exit ${e.exit}, \`stargate-router: ${e.message}\``),
 }

@@ -7,8 +7,7 @@
  * A lost or unready upstream is UNAVAILABLE, never INTERNAL, so that the Pylon registers again;
  * the wording of the messages follows the Rust stargate-k8s-router's (tests hold them).
  */
-import type { CatalogueArea, ErrorDoc, IsStatic, Placeholders } from '../error-catalogue.ts'
-import { fillMessage } from '../error-catalogue.ts'
+import { catalogueRows, fillMessage, type CatalogueArea, type ErrorDoc, type IsStatic, type Placeholders } from '../error-catalogue.ts'
 import { GrpcStatus, type GrpcStatusCode } from './grpc.ts'
 import type { RegistrationOutcome } from './registration-outcomes.ts'
 
@@ -171,5 +170,5 @@ export const GRPC_ERROR_AREA: CatalogueArea = {
   where: 'gRPC statuses ending WatchStargates and RegisterInferenceServer streams: `grpc-status` and `grpc-message` (trailers, or a trailers-only response).',
   table: 'GRPC_ERRORS',
   file: 'lib/control-plane/errors.ts',
-  rows: Object.entries(GRPC_ERRORS).map(([code, e]) => ({ code, seen: `${STATUS_NAMES.get(e.status) ?? e.status} \`${e.message}\``, meaning: e.meaning, action: e.action })),
+  rows: catalogueRows(GRPC_ERRORS, (e) => `${STATUS_NAMES.get(e.status) ?? e.status} \`${e.message}\``),
 }

@@ -5,7 +5,7 @@
  * The forwarder (forwarder.ts) and the front door (lib/front-door/listener.ts) send them; the
  * table is indexed with the other areas' in lib/errors.ts and documented in docs/errors.md.
  */
-import type { CatalogueArea, ErrorDoc, IsStatic } from '../error-catalogue.ts'
+import { catalogueRows, type CatalogueArea, type ErrorDoc, type IsStatic } from '../error-catalogue.ts'
 
 export const HTTP_ERRORS = {
   no_ready_targets: {
@@ -103,5 +103,5 @@ export const HTTP_ERROR_AREA: CatalogueArea = {
   where: 'HTTP responses to LLM clients: the status, a JSON body `{"error":{"code","message"}}` and the code in `x-stargate-error-code`.',
   table: 'HTTP_ERRORS',
   file: 'lib/http-forward/errors.ts',
-  rows: Object.entries(HTTP_ERRORS).map(([code, e]) => ({ code, seen: `HTTP ${e.status} \`${e.message}\``, meaning: e.meaning, action: e.action })),
+  rows: catalogueRows(HTTP_ERRORS, (e) => `HTTP ${e.status} \`${e.message}\``),
 }

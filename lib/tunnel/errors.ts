@@ -6,7 +6,7 @@
  * (webtransport-connect.ts), which answer the session request with an HTTP status instead.
  * Indexed with the other areas in lib/errors.ts and documented in docs/errors.md.
  */
-import type { CatalogueArea, ErrorDoc } from '../error-catalogue.ts'
+import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 
 /** The SPEC §7 wire strings of a tunnel that cannot be routed. */
 export const SNI_REFUSALS = {
@@ -95,7 +95,7 @@ export const QUIC_CLOSE_AREA: CatalogueArea = {
   where: 'The reason (application error code 0) of the CONNECTION_CLOSE frame or WebTransport close the router sends a Pylon or a stargate; `leg_idle` and `leg_failed` are raw QUIC\'s.',
   table: 'QUIC_CLOSE_REASONS',
   file: 'lib/tunnel/errors.ts',
-  rows: Object.entries(QUIC_CLOSE_REASONS).map(([code, e]) => ({ code, seen: `close reason \`${e.reason}\``, meaning: e.meaning, action: e.action })),
+  rows: catalogueRows(QUIC_CLOSE_REASONS, (e) => `close reason \`${e.reason}\``),
 }
 
 export const WEBTRANSPORT_CLOSE_AREA: CatalogueArea = {
@@ -103,5 +103,5 @@ export const WEBTRANSPORT_CLOSE_AREA: CatalogueArea = {
   where: 'The reason of the CLOSE_WEBTRANSPORT_SESSION capsule (code 0) the router sends on a session it ends.',
   table: 'WEBTRANSPORT_CLOSE_REASONS',
   file: 'lib/tunnel/errors.ts',
-  rows: Object.entries(WEBTRANSPORT_CLOSE_REASONS).map(([code, e]) => ({ code, seen: `close reason \`${e.reason}\``, meaning: e.meaning, action: e.action })),
+  rows: catalogueRows(WEBTRANSPORT_CLOSE_REASONS, (e) => `close reason \`${e.reason}\``),
 }

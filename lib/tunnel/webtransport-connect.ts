@@ -12,7 +12,7 @@ import type { PodTarget, TargetSnapshot } from '../discovery/types.ts'
 import { resolveAuthority, resolveSni } from '../routing/resolve.ts'
 import type { WebTransportOutcome } from './webtransport-metrics.ts'
 import { SNI_REFUSALS } from './errors.ts'
-import type { CatalogueArea, ErrorDoc } from '../error-catalogue.ts'
+import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 import type { RequestHead } from '../quic/h3/message.ts'
 import type { FieldLine } from '../quic/h3/qpack.ts'
 
@@ -58,7 +58,7 @@ export const WEBTRANSPORT_REJECTION_AREA: CatalogueArea = {
   where: 'The answer to a session request (extended CONNECT over HTTP/3 or HTTP/2): the status, the message as a text/plain body and the code in `x-stargate-error-code`.',
   table: 'REJECTIONS',
   file: 'lib/tunnel/webtransport-connect.ts',
-  rows: Object.entries(REJECTIONS).map(([code, e]) => ({ code, seen: `HTTP ${e.status} \`${e.message}\``, meaning: e.meaning, action: e.action })),
+  rows: catalogueRows(REJECTIONS, (e) => `HTTP ${e.status} \`${e.message}\``),
 }
 
 export type ConnectCheck = { readonly ok: true } | { readonly ok: false, readonly code: 'wrong_method' | 'missing_protocol' | 'wrong_protocol' | 'wrong_path' }
