@@ -1,14 +1,16 @@
 /**
  * Renders the generated parts of the docs from the code, so they never disagree:
  * .env.example and the flag table of docs/configuration.md from lib/config/flags.ts, and the
- * metric table of docs/metrics.md from the metrics registry. `npm run docs` rewrites them;
- * test/unit/docs-generated.test.ts fails when they are stale.
+ * metric table of docs/metrics.md from the metrics registry, and all of docs/errors.md from the
+ * error catalogue (lib/errors.ts). `npm run docs` rewrites them; test/unit/docs-generated.test.ts
+ * fails when they are stale.
  */
 import { readFileSync, writeFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { Registry } from 'prom-client'
 import { FLAGS, type FlagSpec } from '../lib/config/flags.ts'
 import { createMetrics } from '../lib/metrics/metrics.ts'
+import { ERROR_CATALOGUE } from '../lib/errors.ts'
 
 export const ROOT = fileURLToPath(new URL('..', import.meta.url))
 
@@ -64,6 +66,31 @@ export function renderMetricTable (): string {
   return rows.join('\n')
 }
 
+function cell (text: string): string {
+  return text.replaceAll('|', '\\|')
+}
+
+/** docs/errors.md: one table per area of lib/errors.ts (code, what the user sees, meaning, what to do). */
+export function renderErrorsDoc (): string {
+  const lines = [
+    '# Errors',
+    '',
+    '<!-- Generated from lib/errors.ts by `npm run docs`; edit the tables there, not this file. -->',
+    '',
+    'Every error the router sends, by area, with what the user sees, what it means and what to do.',
+    'Each table is defined next to the code that sends it (the file is named under each heading);',
+    '`{name}` in a message is filled with a value when it is sent. Wire codes are the SPEC\'s.',
+    '',
+  ]
+  for (const area of ERROR_CATALOGUE) {
+    lines.push(`## ${area.title}`, '', `${area.where} Table: \`${area.table}\` in \`${area.file}\`.`, '')
+    lines.push('| code | what the user sees | meaning | what to do |', '|---|---|---|---|')
+    for (const row of area.rows) lines.push(`| \`${row.code}\` | ${cell(row.seen)} | ${cell(row.meaning)} | ${cell(row.action)} |`)
+    lines.push('')
+  }
+  return lines.join('\n')
+}
+
 export function replaceGenerated (current: string, what: string, body: string, file: string): string {
   const { begin, end } = marker(what)
   const from = current.indexOf(begin)
@@ -80,10 +107,11 @@ export async function renderAll (): Promise<Array<{ path: string, content: strin
     { path: `${ROOT}.env.example`, content: renderEnvExample() },
     { path: configPath, content: replaceGenerated(readFileSync(configPath, 'utf8'), 'FLAGS', renderFlagTable(), configPath) },
     { path: metricsPath, content: replaceGenerated(readFileSync(metricsPath, 'utf8'), 'METRICS', renderMetricTable(), metricsPath) },
+    { path: `${ROOT}docs/errors.md`, content: renderErrorsDoc() },
   ]
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   for (const { path, content } of await renderAll()) writeFileSync(path, content)
-  console.log('wrote .env.example, docs/configuration.md, docs/metrics.md')
+  console.log('wrote .env.example, docs/configuration.md, docs/metrics.md, docs/errors.md')
 }

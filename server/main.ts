@@ -12,6 +12,8 @@
  * Every failure is one line on stderr, `stargate-router: ` + what and the fix.
  */
 import { ConfigError, parseConfig, type Config } from '../lib/config/config.ts'
+import { STARTUP_ERRORS, type StartupErrorCode } from '../lib/config/errors.ts'
+import { fillMessage } from '../lib/error-catalogue.ts'
 import { pino } from 'pino'
 import { createLogger, type Logger } from '../lib/log.ts'
 
@@ -33,10 +35,10 @@ function exitAfterLogs (logger: Logger, code: number, maxWaitMs = 2000): void {
   logger.flush(() => { process.exit(code) })
 }
 
-/** A start-up failure once logging runs: the one stderr line, then exit 1 after the logs. */
-function failAfterLogs (logger: Logger, message: string): void {
+/** A start-up failure once logging runs: the one stderr line, then its exit code after the logs. */
+function failAfterLogs (logger: Logger, code: StartupErrorCode, message: string): void {
   process.stderr.write(`stargate-router: ${message}\n`)
-  exitAfterLogs(logger, 1)
+  exitAfterLogs(logger, STARTUP_ERRORS[code].exit)
 }
 
 function readConfig (): Config | null {
@@ -144,7 +146,7 @@ async function main (): Promise<void> {
     const { loadKubeConfig } = await import('../lib/discovery/kube-config.ts')
     const loaded = loadKubeConfig(process.env)
     if (!loaded.ok) {
-      failAfterLogs(logger, loaded.message)
+      failAfterLogs(logger, 'no_kube_config', loaded.message)
       return
     }
     kubeConfig = loaded.kubeConfig
@@ -154,11 +156,10 @@ async function main (): Promise<void> {
     router = await startRouter(config, { logger, ...(kubeConfig === undefined ? {} : { kubeConfig }) })
   } catch (err) {
     const e = err as NodeJS.ErrnoException
-    const message = e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL'
-      ? `cannot listen: ${e.message}; choose another address with --listen-addr, --reverse-tunnel-listen-addr or --health-listen-addr`
-      : `start-up failed: ${e.message}`
+    const code = e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL' ? 'cannot_listen' : 'start_failed'
+    const message = fillMessage(STARTUP_ERRORS[code].message, { cause: e.message })
     logger.fatal({ err: e.message }, message)
-    failAfterLogs(logger, message)
+    failAfterLogs(logger, code, message)
     return
   }
   signals.running(router.shutdown)

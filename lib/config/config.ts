@@ -10,6 +10,7 @@ import { FLAGS, type FlagSpec } from './flags.ts'
 import { checkExplicitUri, describeUriProblem } from './explicit-uri.ts'
 import { compileHostnameTemplate } from '../routing/hostname-template.ts'
 import { parseCidr } from '../http-forward/trusted-proxies.ts'
+import { STARTUP_ERRORS } from './errors.ts'
 
 export interface ListenAddress {
   readonly host: string
@@ -110,7 +111,7 @@ export class ConfigError extends Error {
   }
 
   get exitCode (): 1 | 2 {
-    return this.kind === 'usage' ? 2 : 1
+    return STARTUP_ERRORS[this.kind].exit
   }
 }
 

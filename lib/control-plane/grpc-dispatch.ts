@@ -1,6 +1,7 @@
 /** Routes gRPC streams of the front door by :path to the StargateControlPlane methods. */
 import type { IncomingHttpHeaders, ServerHttp2Stream } from 'node:http2'
-import { GrpcStatus, REGISTER_INFERENCE_SERVER_PATH, WATCH_STARGATES_PATH, respondWithStatus } from './grpc.ts'
+import { REGISTER_INFERENCE_SERVER_PATH, WATCH_STARGATES_PATH, respondWithStatus } from './grpc.ts'
+import { grpcError, type GrpcError } from './errors.ts'
 import type { GrpcStreamHandler } from '../front-door/listener.ts'
 
 export interface GrpcMethods {
@@ -12,7 +13,7 @@ export function createGrpcDispatch (methods: GrpcMethods): GrpcStreamHandler {
   return function dispatchGrpc (stream, headers, rawHeaders) {
     const path = headers[':path']
     if (headers[':method'] !== 'POST') {
-      respondWithStatus(stream, GrpcStatus.UNIMPLEMENTED, `gRPC requires POST, got ${String(headers[':method'])}`)
+      respondWith(stream, grpcError('method_not_post', { method: String(headers[':method']) }))
       return
     }
     switch (path) {
@@ -23,7 +24,11 @@ export function createGrpcDispatch (methods: GrpcMethods): GrpcStreamHandler {
         methods.registerInferenceServer(stream, headers, rawHeaders)
         return
       default:
-        respondWithStatus(stream, GrpcStatus.UNIMPLEMENTED, `unknown method ${String(path)}`)
+        respondWith(stream, grpcError('unknown_method', { path: String(path) }))
     }
   }
+}
+
+function respondWith (stream: ServerHttp2Stream, error: GrpcError): void {
+  respondWithStatus(stream, error.status, error.message)
 }

@@ -16,6 +16,7 @@
  * content-type fields, which nghttp2 lets through), and a throw inside these event handlers
  * would end the process and every Pylon's stream with it. Such a response ends that one stream
  * with UNAVAILABLE `stargate target sent an invalid response`, counted as invalid_response.
+ * Every status and message the Pylon can get from here is a code of GRPC_ERRORS (errors.ts).
  */
 import http2, { type ClientHttp2Stream, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { resolveAuthority } from '../routing/resolve.ts'
@@ -23,7 +24,8 @@ import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
-import { GrpcStatus, respondWithStatus, type GrpcStatusCode } from './grpc.ts'
+import { respondWithStatus } from './grpc.ts'
+import { GRPC_ERRORS, grpcError, type GrpcError } from './errors.ts'
 import { GrpcFrameGuard } from './grpc-frame-guard.ts'
 import type { UpstreamConnectError, UpstreamPool } from './upstream-pool.ts'
 
@@ -42,8 +44,6 @@ export interface RegistrationForwarderOptions {
 }
 
 const { NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM } = { NGHTTP2_CANCEL: http2.constants.NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM: 0x1 }
-
-export const INVALID_RESPONSE_MESSAGE = 'stargate target sent an invalid response'
 
 const kSplice = Symbol('splice')
 type Down = ServerHttp2Stream & { [kSplice]?: Splice }
@@ -77,10 +77,10 @@ function onDownData (this: Down, chunk: Buffer): void {
   if (splice === undefined || splice.up === null) return
   const violation = splice.guard.check(chunk)
   if (violation !== null) {
-    const message = violation.kind === 'too_large'
-      ? `received message larger than max (${violation.size} vs. ${splice.forwarder.maxMessageBytes})`
-      : 'received compressed message but grpc-encoding was not declared'
-    splice.forwarder.fail(splice, violation.kind === 'too_large' ? GrpcStatus.RESOURCE_EXHAUSTED : GrpcStatus.INTERNAL, message, 'invalid_argument')
+    const error = violation.kind === 'too_large'
+      ? grpcError('message_too_large', { size: violation.size, max: splice.forwarder.maxMessageBytes })
+      : grpcError('compressed_without_encoding')
+    splice.forwarder.fail(splice, error, GRPC_ERRORS[violation.kind === 'too_large' ? 'message_too_large' : 'compressed_without_encoding'].outcome)
     return
   }
   if (!splice.up.write(chunk)) this.pause()
@@ -91,7 +91,7 @@ function onDownEnd (this: Down): void {
   if (splice === undefined || splice.up === null) return
   if (!splice.guard.atBoundary) {
     // A length prefix promised more bytes than the Pylon sent before ending the stream.
-    splice.forwarder.fail(splice, GrpcStatus.INTERNAL, 'stream ended in the middle of a message', 'invalid_argument')
+    splice.forwarder.fail(splice, grpcError('truncated_message'), GRPC_ERRORS.truncated_message.outcome)
     return
   }
   if (!splice.up.destroyed) splice.up.end()
@@ -115,14 +115,14 @@ function onDownWantTrailers (this: Down): void {
   if (splice === undefined) return
   const trailers = splice.trailers
   if (trailers === null) {
-    this.sendTrailers({ 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': 'stargate target ended the stream without a status' })
+    this.sendTrailers(trailersOf(grpcError('upstream_no_status')))
     return
   }
   try {
     this.sendTrailers(copyTrailers(trailers))
   } catch (err) {
     splice.forwarder.noteInvalidResponse(splice, err as Error)
-    this.sendTrailers({ 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': INVALID_RESPONSE_MESSAGE })
+    this.sendTrailers(trailersOf(grpcError('upstream_invalid_response')))
   }
 }
 
@@ -140,7 +140,7 @@ function onUpResponse (this: Up, _headers: IncomingHttpHeaders, flags: number, r
     down.respond(headers, trailersOnly ? { endStream: true } : { waitForTrailers: true })
   } catch (err) {
     splice.forwarder.noteInvalidResponse(splice, err as Error)
-    splice.forwarder.fail(splice, GrpcStatus.UNAVAILABLE, INVALID_RESPONSE_MESSAGE, 'invalid_response')
+    splice.forwarder.fail(splice, grpcError('upstream_invalid_response'), GRPC_ERRORS.upstream_invalid_response.outcome)
     return
   }
   if (trailersOnly) splice.outcome ??= 'forwarded'
@@ -174,11 +174,15 @@ function onUpClose (this: Up): void {
   if (down.closed || down.destroyed) return
   if (splice.outcome !== null && (down.writableEnded || this.rstCode === http2.constants.NGHTTP2_NO_ERROR)) return
   // Reset by the pod, or its session died: UNAVAILABLE so that the Pylon registers again.
-  splice.forwarder.fail(splice, GrpcStatus.UNAVAILABLE, `stargate target ${splice.target.identity} reset the stream`, 'upstream_reset')
+  splice.forwarder.fail(splice, grpcError('upstream_reset', { target: splice.target.identity }), GRPC_ERRORS.upstream_reset.outcome)
 }
 
 function onUpError (this: Up): void {
   // Reported through 'close' (rstCode); without a listener the error would be thrown.
+}
+
+function trailersOf (error: GrpcError): Record<string, string> {
+  return { 'grpc-status': String(error.status), 'grpc-message': error.message }
 }
 
 function withoutConnectionHeaders (raw: readonly string[]): string[] {
@@ -234,13 +238,13 @@ export class RegistrationForwarder {
     if (!route.ok) {
       switch (route.reason) {
         case 'missing_authority':
-          this.#reject(down, GrpcStatus.INVALID_ARGUMENT, 'registration requires a target stargate authority', 'invalid_argument')
+          this.#reject(down, 'missing_authority', grpcError('missing_authority'))
           return
         case 'unknown_authority':
-          this.#reject(down, GrpcStatus.INVALID_ARGUMENT, `registration authority ${hostOf(authority ?? '')} does not match advertised stargate hostname template`, 'invalid_argument')
+          this.#reject(down, 'unknown_authority', grpcError('unknown_authority', { host: hostOf(authority ?? '') }))
           return
         case 'target_unavailable':
-          this.#reject(down, GrpcStatus.UNAVAILABLE, `target stargate ${route.identity} is not ready`, 'target_unavailable')
+          this.#reject(down, 'target_unavailable', grpcError('target_unavailable', { target: route.identity }))
           return
         default: {
           const never: never = route
@@ -264,13 +268,13 @@ export class RegistrationForwarder {
 
   #onUpstream (splice: Splice, err: UpstreamConnectError | null, up: Up | null): void {
     const down = splice.down
-    if (err?.code === 'invalid_request') {
-      this.fail(splice, GrpcStatus.INVALID_ARGUMENT, err.message, 'invalid_argument')
+    if (err !== null) {
+      // The pool's error carries the message of its code (GRPC_ERRORS, filled where it failed).
+      this.fail(splice, { status: GRPC_ERRORS[err.code].status, message: err.message }, GRPC_ERRORS[err.code].outcome)
       return
     }
-    if (err !== null || up === null) {
-      const message = err?.message ?? 'failed to connect to stargate target'
-      this.fail(splice, GrpcStatus.UNAVAILABLE, message, 'connect_error')
+    if (up === null) {
+      this.fail(splice, grpcError('connect_failed', { cause: 'no stream' }), GRPC_ERRORS.connect_failed.outcome)
       return
     }
     if (down.closed || down.destroyed || splice.finished) {
@@ -294,7 +298,7 @@ export class RegistrationForwarder {
   }
 
   /** Ends the Pylon's stream with a status and cancels the upstream one. */
-  fail (splice: Splice, code: GrpcStatusCode, message: string, outcome: RegistrationOutcome): void {
+  fail (splice: Splice, error: GrpcError, outcome: RegistrationOutcome): void {
     if (splice.outcome === null || outcome !== 'forwarded') splice.outcome = outcome
     const up = splice.up
     if (up !== null && !up.closed) up.close(NGHTTP2_CANCEL)
@@ -302,19 +306,19 @@ export class RegistrationForwarder {
     if (down.headersSent) {
       // Trailers may already be queued by the normal path; only end it if it is still open.
       if (!down.writableEnded) {
-        splice.trailers = { 'grpc-status': String(code), 'grpc-message': message }
+        splice.trailers = trailersOf(error)
         down.end()
       }
     } else {
-      respondWithStatus(down, code, message)
+      respondWithStatus(down, error.status, error.message)
     }
-    if (outcome !== 'forwarded') this.#options.logger.debug({ target: splice.target.identity, outcome, message }, 'registration stream ended by the router')
+    if (outcome !== 'forwarded') this.#options.logger.debug({ target: splice.target.identity, outcome, message: error.message }, 'registration stream ended by the router')
   }
 
   /** A pod's headers or trailers could not be re-sent to the Pylon: logged and counted. */
   noteInvalidResponse (splice: Splice, err: Error & { code?: string }): void {
     splice.outcome = 'invalid_response'
-    this.#options.logger.warn({ target: splice.target.identity, err: err.code ?? err.message }, INVALID_RESPONSE_MESSAGE)
+    this.#options.logger.warn({ target: splice.target.identity, err: err.code ?? err.message }, GRPC_ERRORS.upstream_invalid_response.message)
   }
 
   /** Called once per splice when the Pylon's stream closes. */
@@ -332,7 +336,7 @@ export class RegistrationForwarder {
   /** Ends every open registration stream with UNAVAILABLE (shutdown drain deadline). */
   endAll (message: string): void {
     for (const set of this.#byIdentity.values()) {
-      for (const splice of [...set]) this.fail(splice, GrpcStatus.UNAVAILABLE, message, 'drained')
+      for (const splice of [...set]) this.fail(splice, { status: GRPC_ERRORS.shutting_down.status, message }, GRPC_ERRORS.shutting_down.outcome)
     }
   }
 
@@ -342,9 +346,9 @@ export class RegistrationForwarder {
     for (const set of this.#byIdentity.values()) for (const splice of set) if (splice.drainTimer !== null) clearTimeout(splice.drainTimer)
   }
 
-  #reject (down: ServerHttp2Stream, code: GrpcStatusCode, message: string, outcome: RegistrationOutcome): void {
-    respondWithStatus(down, code, message)
-    this.#options.metrics.registrationStreamsClosed.labels(outcome).inc()
+  #reject (down: ServerHttp2Stream, code: 'missing_authority' | 'unknown_authority' | 'target_unavailable', error: GrpcError): void {
+    respondWithStatus(down, error.status, error.message)
+    this.#options.metrics.registrationStreamsClosed.labels(GRPC_ERRORS[code].outcome).inc()
   }
 
   #track (splice: Splice): void {
@@ -388,7 +392,7 @@ function onUpDrain (this: Up): void {
 function onDrainTimeout (splice: Splice): void {
   splice.drainTimer = null
   if (splice.finished) return
-  splice.forwarder.fail(splice, GrpcStatus.UNAVAILABLE, `target stargate ${splice.target.identity} left the ready set`, 'drained')
+  splice.forwarder.fail(splice, grpcError('target_left', { target: splice.target.identity }), GRPC_ERRORS.target_left.outcome)
 }
 
 function hostOf (authority: string): string {

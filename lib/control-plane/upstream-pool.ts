@@ -12,6 +12,7 @@ import http2, { type ClientHttp2Session, type ClientHttp2Stream, type OutgoingHt
 import type { SecureContext } from 'node:tls'
 import type { PodTarget, TargetSnapshot } from '../discovery/types.ts'
 import type { Logger } from '../log.ts'
+import { GRPC_ERRORS, grpcError } from './errors.ts'
 
 /** The upstream TLS material in force, from lib/tls (null: dial h2c). */
 export interface UpstreamTls {
@@ -30,7 +31,10 @@ export interface UpstreamPoolOptions {
   readonly settings?: http2.Settings
 }
 
-/** invalid_request: Node refused the caller's headers (they cannot be sent as given). */
+/**
+ * invalid_request: Node refused the caller's headers (they cannot be sent as given). Each is a
+ * code of GRPC_ERRORS, whose message the error carries: it becomes the Pylon's grpc-message.
+ */
 export type UpstreamErrorCode = 'connect_timeout' | 'connect_failed' | 'invalid_request'
 
 export class UpstreamConnectError extends Error {
@@ -110,9 +114,9 @@ export class UpstreamPool {
         // content-type fields or a connection header are the request's fault, not the pod's.
         const code = (cause as NodeJS.ErrnoException).code ?? ''
         if (code.startsWith('ERR_HTTP2_') || code === 'ERR_INVALID_CHAR' || code === 'ERR_INVALID_HTTP_TOKEN') {
-          callback(new UpstreamConnectError('invalid_request', pooled.key, `registration request headers cannot be forwarded (${code})`, cause), null)
+          callback(new UpstreamConnectError('invalid_request', pooled.key, grpcError('invalid_request', { code }).message, cause), null)
         } else {
-          callback(new UpstreamConnectError('connect_failed', pooled.key, `failed to connect to stargate target: ${(cause as Error).message}`, cause), null)
+          callback(new UpstreamConnectError('connect_failed', pooled.key, grpcError('connect_failed', { cause: (cause as Error).message }).message, cause), null)
         }
         return
       }
@@ -125,7 +129,7 @@ export class UpstreamPool {
 
   #acquire (target: PodTarget, callback: AcquireCallback): void {
     if (this.#closed) {
-      callback(new UpstreamConnectError('connect_failed', keyOf(target), 'failed to connect to stargate target: router is shutting down'), null)
+      callback(new UpstreamConnectError('connect_failed', keyOf(target), grpcError('connect_failed', { cause: GRPC_ERRORS.shutting_down.message }).message), null)
       return
     }
     const key = keyOf(target)
@@ -204,7 +208,7 @@ export class UpstreamPool {
 
     pooled.timer = setTimeout(() => {
       pooled.timer = null
-      this.#fail(pooled, new UpstreamConnectError('connect_timeout', key, 'timed out connecting to stargate target'))
+      this.#fail(pooled, new UpstreamConnectError('connect_timeout', key, grpcError('connect_timeout').message))
     }, this.#options.connectTimeoutMs)
     // Ready once the pod's SETTINGS arrived: a socket that accepts but never speaks HTTP/2
     // is still "connecting" and runs into the connect timeout.
@@ -218,7 +222,7 @@ export class UpstreamPool {
     })
     session.on('error', (err: NodeJS.ErrnoException) => {
       if (!pooled.connected) {
-        this.#fail(pooled, new UpstreamConnectError('connect_failed', key, `failed to connect to stargate target: ${err.code ?? err.message}`, err))
+        this.#fail(pooled, new UpstreamConnectError('connect_failed', key, grpcError('connect_failed', { cause: err.code ?? err.message }).message, err))
       } else {
         this.#options.logger.debug({ upstream: key, err: err.code ?? err.message }, 'upstream session error')
       }
@@ -251,7 +255,7 @@ export class UpstreamPool {
     if (pooled.waiters.length > 0) {
       const waiters = pooled.waiters
       pooled.waiters = []
-      const err = new UpstreamConnectError('connect_failed', pooled.key, 'failed to connect to stargate target: session closed before connecting')
+      const err = new UpstreamConnectError('connect_failed', pooled.key, grpcError('connect_failed', { cause: 'session closed before connecting' }).message)
       for (const waiter of waiters) waiter(err, null)
     }
   }

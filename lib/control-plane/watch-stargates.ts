@@ -9,7 +9,8 @@
 import type { ServerHttp2Stream } from 'node:http2'
 import { create, toBinary } from '@bufbuild/protobuf'
 import { WatchStargatesResponseSchema } from './gen/stargate/stargate_pb.js'
-import { GrpcStatus, endWithStatus, frameMessage } from './grpc.ts'
+import { endWithStatus, frameMessage } from './grpc.ts'
+import { GRPC_ERRORS } from './errors.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
@@ -63,7 +64,7 @@ function onWatcherClose (this: ServerHttp2Stream): void {
 const watchers = new WeakMap<ServerHttp2Stream, Watcher>()
 
 /** The status message both RPCs end with on shutdown, as the Rust router words it. */
-export const SHUTDOWN_MESSAGE = 'router is shutting down'
+export const SHUTDOWN_MESSAGE: string = GRPC_ERRORS.shutting_down.message
 
 export class WatchStargatesHub {
   readonly #options: WatchStargatesOptions
@@ -97,7 +98,7 @@ export class WatchStargatesHub {
   /** Serves one WatchStargates call on a stream whose request headers were accepted. */
   handle (stream: ServerHttp2Stream): void {
     if (this.#closed) {
-      stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(GrpcStatus.UNAVAILABLE), 'grpc-message': SHUTDOWN_MESSAGE }, { endStream: true })
+      stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(GRPC_ERRORS.shutting_down.status), 'grpc-message': SHUTDOWN_MESSAGE }, { endStream: true })
       return
     }
     stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true })
@@ -133,7 +134,7 @@ export class WatchStargatesHub {
     this.#closed = true
     if (this.#timer !== null) clearInterval(this.#timer)
     this.#unsubscribe?.()
-    for (const watcher of this.#watchers) endWithStatus(watcher.stream, GrpcStatus.UNAVAILABLE, message)
+    for (const watcher of this.#watchers) endWithStatus(watcher.stream, GRPC_ERRORS.shutting_down.status, message)
   }
 
   #onSnapshot (snapshot: TargetSnapshot): void {

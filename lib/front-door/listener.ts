@@ -25,7 +25,10 @@ import http2, {
   Http2ServerRequest, Http2ServerResponse,
   type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2'
-import { GrpcStatus, isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
+import { isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
+import { grpcError, type GrpcError } from '../control-plane/errors.ts'
+import { HTTP_ERRORS, errorBody, type HttpErrorCode } from '../http-forward/errors.ts'
+import { fillMessage } from '../error-catalogue.ts'
 import { DEFAULT_RAPID_RESET, RapidResetGuard, type RapidResetGuardOptions } from './http2-guard.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
@@ -132,6 +135,9 @@ export class FrontDoor {
   readonly #sessionBySocket = new WeakMap<Socket, ServerHttp2Session>()
   #attaching: Socket | null = null
   readonly #maxHeaderListSize: number
+  /** Answers to an oversized header list, built once per listener (the limit is fixed). */
+  readonly #headersTooLarge: { readonly grpc: GrpcError, readonly body: Buffer, readonly h1: string }
+  readonly #h1BadRequest: string
   #closing: Promise<void> | null = null
   /** Every accepted TCP socket (under TLS too), until it closes: what the cap counts. */
   readonly #raw = new Set<Socket>()
@@ -146,6 +152,10 @@ export class FrontDoor {
     this.#options = options
     const limits = options.limits ?? DEFAULT_LIMITS
     this.#maxHeaderListSize = limits.maxHeaderListSize
+    const tooLarge = { max_bytes: limits.maxHeaderListSize }
+    const tooLargeBody = errorBody('headers_too_large', fillMessage(HTTP_ERRORS.headers_too_large.message, tooLarge))
+    this.#headersTooLarge = { grpc: grpcError('headers_too_large', tooLarge), body: tooLargeBody, h1: h1ErrorResponse('headers_too_large', '431 Request Header Fields Too Large', tooLargeBody) }
+    this.#h1BadRequest = h1ErrorResponse('bad_request', '400 Bad Request', errorBody('bad_request', HTTP_ERRORS.bad_request.message))
     this.#guard = new RapidResetGuard({
       ...(options.rapidReset ?? DEFAULT_RAPID_RESET),
       onTrip: (session, resets, opened) => {
@@ -189,8 +199,7 @@ export class FrontDoor {
     this.#h1.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { this.#onH1Request(req, res) })
     this.#h1.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
       if (socket.writable && !socket.destroyed) {
-        const status = err.code === 'HPE_HEADER_OVERFLOW' ? '431 Request Header Fields Too Large' : '400 Bad Request'
-        socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`)
+        socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? this.#headersTooLarge.h1 : this.#h1BadRequest)
       } else {
         socket.destroy()
       }
@@ -465,10 +474,11 @@ export class FrontDoor {
     const grpc = isGrpcContentType(headers['content-type'])
     // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but does not enforce it; RFC 7541 §4.1 size.
     if (headerListSize(rawHeaders) > this.#maxHeaderListSize) {
-      if (grpc) respondWithStatus(stream, GrpcStatus.RESOURCE_EXHAUSTED, `request headers exceed ${this.#maxHeaderListSize} bytes`)
+      const answer = this.#headersTooLarge
+      if (grpc) respondWithStatus(stream, answer.grpc.status, answer.grpc.message)
       else {
-        stream.respond({ ':status': 431, 'content-type': 'application/json' })
-        stream.end(JSON.stringify({ error: { code: 'headers_too_large', message: `request headers exceed ${this.#maxHeaderListSize} bytes` } }))
+        stream.respond({ ':status': HTTP_ERRORS.headers_too_large.status, 'content-type': 'application/json', 'content-length': answer.body.length, 'x-stargate-error-code': 'headers_too_large' })
+        stream.end(answer.body)
       }
       return
     }
@@ -482,4 +492,9 @@ export class FrontDoor {
     const res = new Http2ServerResponse(stream)
     this.#options.onHttpRequest(req, res)
   }
+}
+
+/** A complete HTTP/1.1 error response for a connection the parser gave up on (it then closes). */
+function h1ErrorResponse (code: HttpErrorCode, statusLine: string, body: Buffer): string {
+  return `HTTP/1.1 ${statusLine}\r\ncontent-type: application/json\r\nx-stargate-error-code: ${code}\r\nconnection: close\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`
 }

@@ -1,27 +1,107 @@
 /**
- * The errors an LLM client can get from the router (SPEC §6): one table with the wire code,
- * HTTP status and message. The body is `{ error: { code, message } }` and the code is also in
- * `x-stargate-error-code`, so clients and dashboards need not parse bodies.
+ * The errors an LLM client can get from the router on the HTTP port (SPEC §6): one table with
+ * the wire code, HTTP status and message. The body is `{ error: { code, message } }` and the
+ * code is also in `x-stargate-error-code`, so clients and dashboards need not parse bodies.
+ * The forwarder (forwarder.ts) and the front door (lib/front-door/listener.ts) send them; the
+ * table is indexed with the other areas' in lib/errors.ts and documented in docs/errors.md.
  */
+import { catalogueRows, type CatalogueArea, type ErrorDoc, type IsStatic } from '../error-catalogue.ts'
+
 export const HTTP_ERRORS = {
-  no_ready_targets: { status: 503, message: 'no ready stargate has an http port' },
-  unknown_target: { status: 404, message: 'the host names no ready stargate' },
-  target_unavailable: { status: 503, message: 'the named stargate has no http port' },
-  upstream_timeout: { status: 504, message: 'the stargate did not answer in time' },
-  upstream_error: { status: 502, message: 'the stargate could not be reached or failed before responding' },
-  payload_too_large: { status: 413, message: 'request body is larger than the router accepts' },
-  headers_too_large: { status: 431, message: 'request headers are larger than the router accepts' },
-  bad_request: { status: 400, message: 'malformed request' },
+  no_ready_targets: {
+    status: 503,
+    message: 'no ready stargate has an http port',
+    meaning: 'the request named no particular stargate and no ready pod serves http',
+    action: 'check that stargate pods are ready and that their EndpointSlices carry the http port (--http-port-name)',
+  },
+  unknown_target: {
+    status: 404,
+    message: 'the host names no ready stargate',
+    meaning: 'the host matches the advertised hostname template but names no pod the router knows',
+    action: 'check the host the client dials against `kubectl get pods`; the pod may be gone',
+  },
+  target_unavailable: {
+    status: 503,
+    message: 'the named stargate has no http port',
+    meaning: 'the host names a known stargate, but it is not ready or has no http port',
+    action: 'retry later, or dial without naming a pod to reach any ready one',
+  },
+  upstream_timeout: {
+    status: 504,
+    message: 'the stargate did not answer in time',
+    meaning: 'the pod did not connect, send its response head or keep its body flowing within the router\'s timeouts, or the request outlived --http-request-timeout-ms',
+    action: 'check the pod\'s load; raise --http-headers-timeout-ms or --http-idle-timeout-ms if its answers are slow by design',
+  },
+  upstream_error: {
+    status: 502,
+    message: 'the stargate could not be reached or failed before responding',
+    meaning: 'the connection to the pod failed or was reset before a response began (after it began, the client\'s connection is cut instead)',
+    action: 'check the pod\'s logs and readiness; the router retries a failed connect once on another pod',
+  },
+  payload_too_large: {
+    status: 413,
+    message: 'request body is larger than the router accepts',
+    meaning: 'the request body (declared or received) is larger than --http-max-body-bytes',
+    action: 'send a smaller body, or raise --http-max-body-bytes',
+  },
+  headers_too_large: {
+    status: 431,
+    message: 'request headers exceed {max_bytes} bytes',
+    meaning: 'the request\'s header list is larger than the router accepts (RFC 7541 §4.1 size over HTTP/2, raw bytes over HTTP/1.1)',
+    action: 'send fewer or smaller headers, or raise --http2-max-header-list-bytes',
+  },
+  bad_request: {
+    status: 400,
+    message: 'malformed request: it cannot be parsed or forwarded as sent',
+    meaning: 'the HTTP/1.1 request could not be parsed, or its request target or a header cannot be sent upstream as given (e.g. `OPTIONS *`)',
+    action: 'fix the client\'s request; the router forwards origin-form and absolute-form targets only',
+  },
   // Limits and hostile peers (issue 14)
-  upstream_busy: { status: 503, message: 'the stargate has too many requests queued; retry later' },
-  upstream_invalid_response: { status: 502, message: 'the stargate sent a response the router cannot forward' },
-  host_mismatch: { status: 400, message: 'the host header and the request target name different hosts' },
-  request_timeout: { status: 408, message: 'the request body stopped arriving for longer than the router waits' },
-} as const
+  upstream_busy: {
+    status: 503,
+    message: 'the stargate has too many requests queued; retry later',
+    meaning: 'the chosen pod already has --http-upstream-max-connections + --http-upstream-max-queue requests in flight through this router',
+    action: 'retry with backoff; add stargate replicas if it persists',
+  },
+  upstream_invalid_response: {
+    status: 502,
+    message: 'the stargate sent a response the router cannot forward',
+    meaning: 'the pod\'s response head was malformed or had fields HTTP forbids (the router logs which)',
+    action: 'fix the stargate; the router\'s warn log names the pod and the error',
+  },
+  host_mismatch: {
+    status: 400,
+    message: 'the host header and the request target name different hosts',
+    meaning: 'the request names two hosts (Host vs :authority, or vs an absolute-form target), a way to smuggle requests past host routing',
+    action: 'send one host: the Host header must match the request target',
+  },
+  request_timeout: {
+    status: 408,
+    message: 'the request body stopped arriving for longer than the router waits',
+    meaning: 'the client stopped sending its request body for longer than --http-idle-timeout-ms',
+    action: 'check the client\'s network; keep the body flowing',
+  },
+} as const satisfies Record<string, ErrorDoc & { readonly status: number, readonly message: string }>
 
 export type HttpErrorCode = keyof typeof HTTP_ERRORS
 
+/** Codes whose message has no placeholder: their bodies are serialised once, below. */
+export type StaticHttpErrorCode = { [K in HttpErrorCode]: IsStatic<typeof HTTP_ERRORS[K]['message']> extends true ? K : never }[HttpErrorCode]
+
+/** The JSON body of an error response. */
+export function errorBody (code: HttpErrorCode, message: string): Buffer {
+  return Buffer.from(JSON.stringify({ error: { code, message } }))
+}
+
 /** Pre-serialised bodies: an error response costs no JSON.stringify. */
-export const ERROR_BODIES: Readonly<Record<HttpErrorCode, Buffer>> = Object.fromEntries(
-  Object.entries(HTTP_ERRORS).map(([code, { message }]) => [code, Buffer.from(JSON.stringify({ error: { code, message } }))])
-) as Record<HttpErrorCode, Buffer>
+export const ERROR_BODIES: Readonly<Record<StaticHttpErrorCode, Buffer>> = Object.fromEntries(
+  Object.entries(HTTP_ERRORS).filter(([, { message }]) => !message.includes('{')).map(([code, { message }]) => [code, errorBody(code as HttpErrorCode, message)])
+) as Record<StaticHttpErrorCode, Buffer>
+
+export const HTTP_ERROR_AREA: CatalogueArea = {
+  title: 'LLM client errors (HTTP port)',
+  where: 'HTTP responses to LLM clients: the status, a JSON body `{"error":{"code","message"}}` and the code in `x-stargate-error-code`.',
+  table: 'HTTP_ERRORS',
+  file: 'lib/http-forward/errors.ts',
+  rows: catalogueRows(HTTP_ERRORS, (e) => `HTTP ${e.status} \`${e.message}\``),
+}

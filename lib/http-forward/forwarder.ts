@@ -30,7 +30,7 @@ import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { SnapshotReader } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
-import { ERROR_BODIES, HTTP_ERRORS, type HttpErrorCode } from './errors.ts'
+import { ERROR_BODIES, HTTP_ERRORS, type HttpErrorCode, type StaticHttpErrorCode } from './errors.ts'
 import { downstreamResponseHeaders, isValidRequestId, upstreamRequestHeaders } from './headers.ts'
 import { resolveRequestTarget } from './request-target.ts'
 import type { TrustedProxies } from './trusted-proxies.ts'
@@ -395,7 +395,7 @@ export class HttpForwarder {
   }
 
   /** Answers with an error (or cuts the connection when the response had started). */
-  fail (exchange: Exchange, code: HttpErrorCode, close = false): void {
+  fail (exchange: Exchange, code: StaticHttpErrorCode, close = false): void {
     if (exchange.done) return
     if (exchange.responded) {
       (exchange.res as ServerResponse).destroy()
@@ -422,7 +422,7 @@ export class HttpForwarder {
     }
   }
 
-  #reject (req: Req, res: Res, code: HttpErrorCode, requestId: string): void {
+  #reject (req: Req, res: Res, code: StaticHttpErrorCode, requestId: string): void {
     writeError(res, code, requestId, bodyPending(req))
     this.options.metrics.httpRequests.labels(code, statusClass(HTTP_ERRORS[code].status)).inc()
   }
@@ -433,7 +433,7 @@ export class HttpForwarder {
  * RST_STREAM NO_ERROR after the response, RFC 9113 §8.1) ends with it, so a body the router
  * refused is not read to its end.
  */
-function writeError (res: Res, code: HttpErrorCode, requestId: string, close: boolean): void {
+function writeError (res: Res, code: StaticHttpErrorCode, requestId: string, close: boolean): void {
   if (res.headersSent || res.destroyed) return
   const body = ERROR_BODIES[code]
   const h2 = (res as Http2ServerResponse).stream !== undefined

@@ -14,9 +14,49 @@
  * alert, in the Initial/Handshake packet (measured here; its own log says bad_certificate).
  */
 import type { QuicCloseInfo, QuicRole } from './connection.ts'
+import type { ErrorDoc } from '../error-catalogue.ts'
 
-export const HANDSHAKE_FAILURE_REASONS = ['alpn', 'certificate', 'client_certificate', 'timeout', 'tls', 'protocol', 'peer_refused', 'unreachable'] as const
-export type HandshakeFailureReason = typeof HANDSHAKE_FAILURE_REASONS[number]
+/**
+ * Each reason with what it means and what to do: an operator sees them as the `reason` label of
+ * stargate_router_quic_handshake_failures_total and in the warn log (docs/errors.md).
+ */
+export const HANDSHAKE_FAILURES_DOC = {
+  alpn: {
+    meaning: 'the two sides share no ALPN protocol (TLS alert no_application_protocol)',
+    action: 'the router relays the Pylon\'s own offer: check that the Pylon and the stargate agree on ALPN',
+  },
+  certificate: {
+    meaning: 'the server\'s certificate was refused: the router\'s by the Pylon, or (upstream_) the stargate\'s by the router',
+    action: 'check --tls-cert-path against the Pylon\'s trust, or the stargate\'s certificate against --upstream-tls-cert-path',
+  },
+  client_certificate: {
+    meaning: 'the client\'s certificate was refused or missing: the Pylon\'s by the router (--client-ca-path), or (upstream_) the router\'s by the stargate',
+    action: 'give the Pylon a certificate --client-ca-path trusts, or check what the stargate requires',
+  },
+  timeout: {
+    meaning: 'the handshake did not complete in time (packets lost or the peer stopped answering)',
+    action: 'check the network path (UDP allowed both ways) and the peer\'s load',
+  },
+  tls: {
+    meaning: 'another TLS alert ended the handshake (version, cipher, a missing certificate request)',
+    action: 'the warn log carries the alert number (RFC 8446 §6.2); compare both sides\' TLS settings',
+  },
+  protocol: {
+    meaning: 'the router closed the handshake on a QUIC protocol error from the peer',
+    action: 'the warn log carries the transport error code; check the peer\'s QUIC stack',
+  },
+  peer_refused: {
+    meaning: 'the peer closed without a TLS alert, or sent a stateless reset (quinn refusing a certificate does this)',
+    action: 'read the peer\'s own log: it names what it refused',
+  },
+  unreachable: {
+    meaning: 'ICMP said the peer cannot be reached',
+    action: 'check that the peer listens on that address and port',
+  },
+} as const satisfies Record<string, ErrorDoc>
+
+export type HandshakeFailureReason = keyof typeof HANDSHAKE_FAILURES_DOC
+export const HANDSHAKE_FAILURE_REASONS: readonly HandshakeFailureReason[] = Object.keys(HANDSHAKE_FAILURES_DOC) as HandshakeFailureReason[]
 
 /** RFC 8446 §6.2 alerts about certificates. */
 const CERTIFICATE_ALERTS: ReadonlySet<number> = new Set([

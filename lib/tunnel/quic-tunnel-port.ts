@@ -20,17 +20,12 @@ import type { SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { QuicCloseInfo } from '../quic/connection.ts'
 import { handshakeFailure } from '../quic/handshake-failure.ts'
 import type { HandshakeFailureLabel } from './raw-quic-metrics.ts'
+import { QUIC_CLOSE_REASONS, type QuicCloseCode } from './errors.ts'
 
-/** Close reasons of the tunnel port (SPEC §7 wire strings), all with application error code 0. */
-export const TUNNEL_CLOSE_REASONS = {
-  missing_sni: 'missing target SNI',
-  unknown_sni: 'unknown target SNI',
-  target_unavailable: 'target stargate not ready',
-  shutdown: 'router shutdown',
-  trust_replaced: 'upstream trust changed',
-  target_left: 'target stargate left the ready set',
-  client_trust_replaced: 'client trust changed',
-} as const
+/** Close reasons of the tunnel port (SPEC §7 wire strings), all with application error code 0: QUIC_CLOSE_REASONS' (errors.ts). */
+export const TUNNEL_CLOSE_REASONS: { readonly [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] } = Object.fromEntries(
+  Object.entries(QUIC_CLOSE_REASONS).map(([code, { reason }]) => [code, reason])
+) as { [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] }
 
 export interface HandshakeFailureLogOptions {
   /** quic_handshake_failures_total; null counts nothing (unit tests of a relay). */

@@ -39,6 +39,7 @@ import type { QuicProposal } from '../quic/endpoint.ts'
 import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
 import type { QuicStream, QuicStreamHandler } from '../quic/stream.ts'
 import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './raw-quic-metrics.ts'
+import { fillMessage } from '../error-catalogue.ts'
 
 /** Close reasons (SPEC §7 wire strings), all with application error code 0: the tunnel port's. */
 export const CLOSE_REASONS = TUNNEL_CLOSE_REASONS
@@ -369,7 +370,7 @@ export class RawQuicRelay {
         other?.close(info.code, info.reason, info.app)
         break
       case 'idle':
-        other?.close(0, `${side} connection idle timeout`)
+        other?.close(0, fillMessage(CLOSE_REASONS.leg_idle, { side }))
         break
       case 'local':
         // We closed this leg ourselves (closeBoth, shutdown): the other leg got the same.
@@ -381,7 +382,7 @@ export class RawQuicRelay {
       case 'unreachable':
       case 'destroyed':
         outcome = 'relay_error'
-        other?.close(0, `${side} connection failed: ${info.kind.replace('_', ' ')}`)
+        other?.close(0, fillMessage(CLOSE_REASONS.leg_failed, { side, kind: info.kind.replace('_', ' ') }))
         break
       default: {
         const never: never = info.kind

@@ -30,6 +30,7 @@
  */
 import { constants, type ClientHttp2Session, type ClientHttp2Stream, type Http2Stream, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
 import { CapsuleCursor, encodeCloseCapsule } from './webtransport-capsule.ts'
+import { WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
 import type { BridgeDirection, WebTransportMetrics } from './webtransport-metrics.ts'
 
 /** After a close began, how long the legs get to finish before they are reset. */
@@ -252,7 +253,7 @@ export class WebTransportBridge {
     } else {
       this.#end ??= 'relay_error'
       // A reset code is HTTP/2's (CANCEL for a lost connection), not the application's.
-      from.finish(encodeCloseCapsule(0, leg === this.downstream ? 'downstream session aborted' : 'upstream session aborted'))
+      from.finish(encodeCloseCapsule(0, WEBTRANSPORT_CLOSE_REASONS[leg === this.downstream ? 'downstream_aborted' : 'upstream_aborted'].reason))
     }
     this.#armCloseTimer()
   }

@@ -11,6 +11,8 @@ import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { PodTarget, TargetSnapshot } from '../discovery/types.ts'
 import { resolveAuthority, resolveSni } from '../routing/resolve.ts'
 import type { WebTransportOutcome } from './webtransport-metrics.ts'
+import { SNI_REFUSALS } from './errors.ts'
+import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 import type { RequestHead } from '../quic/h3/message.ts'
 import type { FieldLine } from '../quic/h3/qpack.ts'
 
@@ -18,24 +20,46 @@ import type { FieldLine } from '../quic/h3/qpack.ts'
 export const SESSION_PATH = '/_stargate/webtransport'
 
 export const REJECTIONS = {
-  wrong_method: { status: 400, outcome: 'invalid_connect', message: 'webtransport session requests use the CONNECT method' },
-  missing_protocol: { status: 400, outcome: 'invalid_connect', message: 'webtransport session requests need the :protocol pseudo-header webtransport (extended CONNECT, RFC 8441)' },
-  wrong_protocol: { status: 400, outcome: 'invalid_connect', message: ':protocol must be webtransport' },
-  wrong_path: { status: 400, outcome: 'invalid_connect', message: `webtransport session path must be ${SESSION_PATH}` },
-  missing_sni: { status: 400, outcome: 'missing_sni', message: 'missing target SNI' },
-  unknown_sni: { status: 404, outcome: 'unknown_sni', message: 'unknown target SNI' },
-  target_unavailable: { status: 503, outcome: 'target_unavailable', message: 'target stargate not ready' },
-  upstream_timeout: { status: 502, outcome: 'upstream_connect_error', message: 'timed out connecting to stargate target' },
-  upstream_unreachable: { status: 502, outcome: 'upstream_connect_error', message: 'failed to connect to stargate target' },
-  upstream_no_webtransport: { status: 502, outcome: 'upstream_connect_error', message: 'stargate target does not accept extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL)' },
-  upstream_no_answer: { status: 504, outcome: 'upstream_connect_error', message: 'stargate target did not answer the session request in time' },
-  shutting_down: { status: 503, outcome: null, message: 'router is shutting down' },
+  wrong_method: { status: 400, outcome: 'invalid_connect', message: 'webtransport session requests use the CONNECT method',
+    meaning: 'a request to the WebTransport port that is not an extended CONNECT', action: 'fix the client: open sessions with extended CONNECT (RFC 8441, RFC 9220)' },
+  missing_protocol: { status: 400, outcome: 'invalid_connect', message: 'webtransport session requests need the :protocol pseudo-header webtransport (extended CONNECT, RFC 8441)',
+    meaning: 'a CONNECT without :protocol (a plain CONNECT tunnel, which the router does not offer)', action: 'fix the client: send :protocol webtransport' },
+  wrong_protocol: { status: 400, outcome: 'invalid_connect', message: ':protocol must be webtransport',
+    meaning: 'an extended CONNECT for another protocol (e.g. websocket)', action: 'fix the client: send :protocol webtransport' },
+  wrong_path: { status: 400, outcome: 'invalid_connect', message: `webtransport session path must be ${SESSION_PATH}`,
+    meaning: 'the session request\'s :path is not /_stargate/webtransport', action: 'fix the client\'s session URL: the path is /_stargate/webtransport' },
+  missing_sni: { status: 400, outcome: 'missing_sni', message: SNI_REFUSALS.missing_sni,
+    meaning: 'neither the TLS server name nor :authority names a stargate', action: 'configure the Pylon to dial the advertised stargate host name' },
+  unknown_sni: { status: 404, outcome: 'unknown_sni', message: SNI_REFUSALS.unknown_sni,
+    meaning: 'the server name (or :authority) does not render from --advertised-hostname-template, or names no known pod', action: 'check the Pylon\'s target against WatchStargates and --advertised-hostname-template' },
+  target_unavailable: { status: 503, outcome: 'target_unavailable', message: SNI_REFUSALS.target_unavailable,
+    meaning: 'the named pod is not ready, or has no quic port', action: 'none: the Pylon retries; if it persists, check the pod\'s readiness' },
+  upstream_timeout: { status: 502, outcome: 'upstream_connect_error', message: 'timed out connecting to stargate target',
+    meaning: 'the pod did not connect, or sent no SETTINGS, within --connect-timeout-ms', action: 'check the pod\'s load and network' },
+  upstream_unreachable: { status: 502, outcome: 'upstream_connect_error', message: 'failed to connect to stargate target',
+    meaning: 'the connection to the pod failed or closed before it answered (the info log has the cause)', action: 'check the pod, its port and --upstream-tls' },
+  upstream_no_webtransport: { status: 502, outcome: 'upstream_connect_error', message: 'stargate target does not accept extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL)',
+    meaning: 'the pod does not offer extended CONNECT, so it cannot take a WebTransport session', action: 'run the stargate with WebTransport enabled, or use --tunnel-protocol raw-quic' },
+  upstream_no_answer: { status: 504, outcome: 'upstream_connect_error', message: 'stargate target did not answer the session request in time',
+    meaning: 'the pod accepted the connection but did not answer (or reset) the session request in time', action: 'check the stargate\'s logs' },
+  shutting_down: { status: 503, outcome: null, message: 'router is shutting down',
+    meaning: 'the router is draining (SIGTERM) and takes no new sessions', action: 'none: the Pylon reconnects to another replica' },
   // Session caps (issue 16): counted in webtransport_sessions_refused_total, not as an outcome.
-  connection_session_limit: { status: 429, outcome: null, message: 'too many webtransport sessions on this connection; open another connection' },
-  total_session_limit: { status: 503, outcome: null, message: 'the router carries as many webtransport sessions as it may; retry later' },
-} as const satisfies Record<string, { status: number, outcome: WebTransportOutcome | null, message: string }>
+  connection_session_limit: { status: 429, outcome: null, message: 'too many webtransport sessions on this connection; open another connection',
+    meaning: 'this connection already carries as many sessions as the router allows per connection', action: 'open another connection' },
+  total_session_limit: { status: 503, outcome: null, message: 'the router carries as many webtransport sessions as it may; retry later',
+    meaning: 'the router carries as many WebTransport sessions as it allows in total', action: 'retry later, or add router replicas' },
+} as const satisfies Record<string, ErrorDoc & { status: number, outcome: WebTransportOutcome | null, message: string }>
 
 export type RejectionCode = keyof typeof REJECTIONS
+
+export const WEBTRANSPORT_REJECTION_AREA: CatalogueArea = {
+  title: 'WebTransport sessions: refused requests (tunnel port)',
+  where: 'The answer to a session request (extended CONNECT over HTTP/3 or HTTP/2): the status, the message as a text/plain body and the code in `x-stargate-error-code`.',
+  table: 'REJECTIONS',
+  file: 'lib/tunnel/webtransport-connect.ts',
+  rows: catalogueRows(REJECTIONS, (e) => `HTTP ${e.status} \`${e.message}\``),
+}
 
 export type ConnectCheck = { readonly ok: true } | { readonly ok: false, readonly code: 'wrong_method' | 'missing_protocol' | 'wrong_protocol' | 'wrong_path' }
 

@@ -40,6 +40,7 @@ import type { TrustBundle } from '../tls/types.ts'
 import { peerChainOf, verifiesAgainst } from '../tls/client-cert.ts'
 import { DEFAULT_RAPID_RESET, RapidResetGuard } from '../front-door/http2-guard.ts'
 import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from './webtransport-capsule.ts'
+import { WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
 import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from './webtransport-connect.ts'
 import { UpstreamDial, type DialAnswer, type DialFailure, type UpstreamTrust } from './webtransport-upstream.ts'
 import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './webtransport-bridge.ts'
@@ -495,7 +496,7 @@ export class WebTransportRelay {
     for (const bridge of this.#bridges) {
       bridge.flushBytes()
       if (now - Math.min(bridge.lastFromDownstream, bridge.lastFromUpstream) > idleTimeoutMs) {
-        bridge.close(0, 'idle timeout', 'completed')
+        bridge.close(0, WEBTRANSPORT_CLOSE_REASONS.idle_timeout.reason, 'completed')
         continue
       }
       if (keepAliveMs > 0 && now - bridge.lastPing >= keepAliveMs) bridge.ping()

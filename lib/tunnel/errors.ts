@@ -1,0 +1,107 @@
+/**
+ * What a Pylon sees when the router ends or refuses a reverse tunnel (SPEC §7): the reasons of
+ * raw QUIC CONNECTION_CLOSE frames (application error code 0) and of WebTransport close capsules.
+ * The routing refusals are one condition on both tunnel kinds, so their wording is defined once
+ * (SNI_REFUSALS) and used by the raw QUIC reasons here and WebTransport's REJECTIONS
+ * (webtransport-connect.ts), which answer the session request with an HTTP status instead.
+ * Indexed with the other areas in lib/errors.ts and documented in docs/errors.md.
+ */
+import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
+
+/** The SPEC §7 wire strings of a tunnel that cannot be routed. */
+export const SNI_REFUSALS = {
+  missing_sni: 'missing target SNI',
+  unknown_sni: 'unknown target SNI',
+  target_unavailable: 'target stargate not ready',
+} as const
+
+/**
+ * The tunnel port's close reasons, all with application error code 0: raw QUIC CONNECTION_CLOSE
+ * and WebTransport (over HTTP/3, and the HTTP/2 relay's close capsules) use the same ones
+ * (lib/tunnel/quic-tunnel-port.ts TUNNEL_CLOSE_REASONS).
+ */
+export const QUIC_CLOSE_REASONS = {
+  missing_sni: {
+    reason: SNI_REFUSALS.missing_sni,
+    meaning: 'the Pylon\'s Initial carries no server name, so it names no stargate; refused before the handshake',
+    action: 'configure the Pylon to dial the advertised stargate host name (not an address)',
+  },
+  unknown_sni: {
+    reason: SNI_REFUSALS.unknown_sni,
+    meaning: 'the server name does not render from --advertised-hostname-template, or names no known pod',
+    action: 'check the Pylon\'s target against WatchStargates and --advertised-hostname-template',
+  },
+  target_unavailable: {
+    reason: SNI_REFUSALS.target_unavailable,
+    meaning: 'the server name names a pod that is not ready, or has no quic port',
+    action: 'none: the Pylon retries; if it persists, check the pod\'s readiness and its quic port (--quic-port-name)',
+  },
+  shutdown: {
+    reason: 'router shutdown',
+    meaning: 'the router is shutting down (SIGTERM); new tunnels are refused and open ones closed',
+    action: 'none: the Pylon reconnects to another replica',
+  },
+  trust_replaced: {
+    reason: 'upstream trust changed',
+    meaning: 'the CA bundle trusted for stargate certificates changed; tunnels dialled under the old one close (raw QUIC 5 s later)',
+    action: 'none: the Pylon reconnects and the new tunnel uses the new trust',
+  },
+  client_trust_replaced: {
+    reason: 'client trust changed',
+    meaning: '--client-ca-path changed and no longer trusts this Pylon\'s certificate; its tunnels close (raw QUIC 5 s later)',
+    action: 'give the Pylon a certificate the new bundle trusts',
+  },
+  target_left: {
+    reason: 'target stargate left the ready set',
+    meaning: 'the tunnel\'s pod left the ready set and did not come back within --drain-grace-ms',
+    action: 'none: the Pylon reconnects to a ready stargate',
+  },
+  leg_idle: {
+    reason: '{side} connection idle timeout',
+    meaning: 'the other leg (`pylon` or `stargate`) was silent for --relay-idle-timeout-ms, so the relay closed this one too',
+    action: 'keep --relay-keep-alive-ms below --relay-idle-timeout-ms; check the side named',
+  },
+  leg_failed: {
+    reason: '{side} connection failed: {kind}',
+    meaning: 'the other leg ended without a close from its peer (handshake timeout, stateless reset, unreachable, a protocol error)',
+    action: 'check the side named: its network, its QUIC stack or its certificate',
+  },
+} as const satisfies Record<string, ErrorDoc & { readonly reason: string }>
+
+/** WebTransport over HTTP/2: close capsule reasons (code 0) of its own, besides the tunnel port's. */
+export const WEBTRANSPORT_CLOSE_REASONS = {
+  idle_timeout: {
+    reason: 'idle timeout',
+    meaning: 'the session carried no stream and no sign of life for --relay-idle-timeout-ms',
+    action: 'keep --relay-keep-alive-ms below --relay-idle-timeout-ms',
+  },
+  downstream_aborted: {
+    reason: 'downstream session aborted',
+    meaning: 'the Pylon\'s session stream was reset or its connection died; the stargate gets this',
+    action: 'check the Pylon\'s side',
+  },
+  upstream_aborted: {
+    reason: 'upstream session aborted',
+    meaning: 'the stargate\'s session stream was reset or its connection died; the Pylon gets this',
+    action: 'check the stargate\'s logs',
+  },
+} as const satisfies Record<string, ErrorDoc & { readonly reason: string }>
+
+export type QuicCloseCode = keyof typeof QUIC_CLOSE_REASONS
+export type WebTransportCloseCode = keyof typeof WEBTRANSPORT_CLOSE_REASONS
+
+export const QUIC_CLOSE_AREA: CatalogueArea = {
+  title: 'Tunnel closes (tunnel port: raw QUIC, WebTransport)',
+  where: 'The reason (application error code 0) of the CONNECTION_CLOSE frame or WebTransport close the router sends a Pylon or a stargate; `leg_idle` and `leg_failed` are raw QUIC\'s.',
+  table: 'QUIC_CLOSE_REASONS',
+  file: 'lib/tunnel/errors.ts',
+  rows: catalogueRows(QUIC_CLOSE_REASONS, (e) => `close reason \`${e.reason}\``),
+}
+
+export const WEBTRANSPORT_CLOSE_AREA: CatalogueArea = {
+  title: 'WebTransport over HTTP/2: closes',
+  where: 'The reason of the CLOSE_WEBTRANSPORT_SESSION capsule (code 0) the router sends on a session it ends.',
+  table: 'WEBTRANSPORT_CLOSE_REASONS',
+  file: 'lib/tunnel/errors.ts',
+  rows: catalogueRows(WEBTRANSPORT_CLOSE_REASONS, (e) => `close reason \`${e.reason}\``),
+}
