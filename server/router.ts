@@ -6,7 +6,7 @@
 import type { AddressInfo } from 'node:net'
 import type { KubeConfig } from '@kubernetes/client-node'
 import type { Config } from '../lib/config/config.ts'
-import { compileHostnameTemplate } from '../lib/routing/hostname-template.ts'
+import { compileHostnameTemplate, type HostnameTemplate } from '../lib/routing/hostname-template.ts'
 import { SnapshotStore } from '../lib/discovery/snapshot-store.ts'
 import { FileTargetSource } from '../lib/discovery/file.ts'
 import type { DiscoveryStatus } from '../lib/discovery/types.ts'
@@ -27,6 +27,7 @@ import { Readiness, snapshotReadiness, stalenessReadiness } from '../lib/health/
 import { createMetrics, type RouterMetrics } from '../lib/metrics/metrics.ts'
 import type { Logger } from '../lib/log.ts'
 import { settleWithin } from './shutdown-steps.ts'
+import { CloserStack } from './closer-stack.ts'
 
 /**
  * Of the second the shutdown has past the drain timeout, what is kept for the last log lines
@@ -78,9 +79,41 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   })
 
   const readiness = new Readiness()
+  // What has started, to close in reverse order on a failed start-up and on shutdown.
+  const closers = new CloserStack()
+  try {
+    return await startComponents(config, deps, { metrics, template, store, readiness, closers })
+  } catch (err) {
+    // Nothing may outlive a failed start: no listener, no pod connection, no timer.
+    await closers.unwind(Date.now() + FAILED_START_CLOSE_MS)
+    throw err
+  }
+}
+
+/**
+ * How long a failed start-up waits for what had started to close (the listeners have nothing
+ * to drain; pod connections get this long before they are cut).
+ */
+const FAILED_START_CLOSE_MS = 1000
+
+/** Pools cut their connections this long before the budget ends, so their close() ends in it. */
+const CLOSE_MARGIN_MS = 100
+
+interface Started {
+  readonly metrics: RouterMetrics
+  readonly template: HostnameTemplate
+  readonly store: SnapshotStore
+  readonly readiness: Readiness
+  readonly closers: CloserStack
+}
+
+async function startComponents (config: Config, deps: RouterDeps, started: Started): Promise<RunningRouter> {
+  const { logger } = deps
+  const { metrics, template, store, readiness, closers } = started
   // Before discovery: invalid TLS material fails start-up (no insecure fallback).
   // The self-signed fallback identity covers every advertised host (tunnels need one).
   const tls = await startTls(config, template.render('*'), metrics, logger)
+  closers.push('tls', () => tls.manager.close())
   readiness.add(tls.manager.readinessCheck())
   let source: StoppableSource
   const ports = { grpc: config.grpcPortName, quic: config.quicPortName, http: config.httpPortName }
@@ -100,10 +133,12 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
       ...(deps.discoveryBackoff === undefined ? {} : { backoff: deps.discoveryBackoff }),
     })
     k8s.start()
+    closers.push('discovery', () => k8s.stop())
     source = k8s
     readiness.add(snapshotReadiness(store))
   } else {
     const file = new FileTargetSource({ path: config.targetsFile ?? '', namespace: config.targetNamespace === '' ? 'default' : config.targetNamespace, store, metrics, logger })
+    closers.push('discovery', () => file.stop())
     await file.start()
     source = file
     readiness.add(snapshotReadiness(store, () => file.lastError()))
@@ -113,6 +148,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
 
   // Peer discovery (SPEC §10): null when off, so no extra watch, timer or route.
   const peers = await startPeers({ config, snapshot: store, metrics, logger, kubeConfig: deps.kubeConfig, backoff: deps.discoveryBackoff })
+  if (peers !== null) closers.push('peers', () => peers.close())
 
   // Created once every listener is up; a watch that arrives before is refused (that window is
   // the listen calls themselves).
@@ -124,6 +160,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     logger,
     onSessionCountChange: (count) => { metrics.upstreamSessions.set(count) },
   })
+  closers.push('upstream pool', (remainingMs) => upstreamPool.close(Math.max(0, remainingMs - CLOSE_MARGIN_MS)))
   const registrations = new RegistrationForwarder({
     snapshot: store,
     template,
@@ -134,6 +171,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     metrics,
     logger,
   })
+  closers.push('registrations', () => { registrations.close() })
   const httpPods = new HttpPods({
     snapshot: store,
     connectTimeoutMs: config.connectTimeoutMs,
@@ -142,6 +180,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     closeGraceMs: config.shutdownDrainTimeoutMs,
     maxConnectionsPerPod: config.httpUpstreamMaxConnections,
   })
+  closers.push('http pods', (remainingMs) => httpPods.close(Math.max(0, remainingMs - CLOSE_MARGIN_MS)))
   const httpForwarder = new HttpForwarder({
     snapshot: store,
     template,
@@ -194,18 +233,13 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     logger,
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('health', reason).inc() },
   })
-  let healthAddress: AddressInfo
-  let frontDoorAddress: AddressInfo
-  let tunnel: RunningTunnel | null = null
-  try {
-    healthAddress = await health.listen()
-    frontDoorAddress = await frontDoor.listen()
-    tunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger })
-  } catch (err) {
-    await Promise.allSettled([health.close(), frontDoor.close(0), source.stop(), tls.manager.close(), tunnel?.close(), peers?.close()])
-    registrations.close()
-    throw err
-  }
+  closers.push('health', () => health.close())
+  const healthAddress = await health.listen()
+  // On shutdown the drain has begun the front door's close already; this call waits for it.
+  closers.push('front door', () => frontDoor.close(0))
+  const frontDoorAddress = await frontDoor.listen()
+  const runningTunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger })
+  closers.push('tunnels', () => runningTunnel.close())
   hub = new WatchStargatesHub({
     snapshot: store,
     template,
@@ -217,7 +251,7 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
     logger,
   })
   const watchHub = hub
-  const runningTunnel = tunnel
+  closers.push('watch hub', () => { watchHub.close(SHUTDOWN_MESSAGE) })
   logger.info({ frontDoor: frontDoorAddress, health: healthAddress, discovery: config.discovery, template: template.source, frontDoorTls: tls.frontDoor !== null, clientCertificates: tls.frontDoor?.requireClientCert ?? false, upstreamTls: tls.upstream !== null }, 'stargate router listening')
 
   let stopping: Promise<void> | null = null
@@ -233,22 +267,12 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
       watchHub.close(SHUTDOWN_MESSAGE)
       runningTunnel.stopAccepting()
       // The front door cuts what is still open at the drain deadline (and is gone
-      // STATUS_FLUSH_MS + 500 ms later at most). Tunnels drain as long, side by side: they
-      // are closed once the front door has drained or at the deadline, whichever comes first.
+      // STATUS_FLUSH_MS + 500 ms later at most). Tunnels drain as long, side by side: the stack
+      // closes them (first, as they started last) once the front door has drained or at the
+      // deadline, whichever comes first; the rest then share what is left of the budget.
       const frontDoorClosed = frontDoor.close(drainMs, () => { registrations.endAll(SHUTDOWN_MESSAGE) })
       await settleWithin({ frontDoor: frontDoorClosed }, drainMs)
-      const tunnelsClosed = runningTunnel.close()
-      const late = await settleWithin({ 'front door': frontDoorClosed }, endBy - Date.now())
-      registrations.close()
-      upstreamPool.close(Math.max(0, endBy - Date.now()))
-      late.push(...await settleWithin({
-        tunnels: tunnelsClosed,
-        peers: peers?.close(),
-        discovery: source.stop(),
-        tls: tls.manager.close(),
-        'http pods': httpPods.close(Math.max(0, endBy - Date.now() - 100)),
-        health: health.close(),
-      }, endBy - Date.now()))
+      const late = await closers.unwind(endBy)
       if (late.length > 0) logger.warn({ steps: late }, 'shutdown: steps still running at the deadline were left behind')
       logger.info({ elapsedMs: Date.now() - startedAt }, 'shutdown complete')
     })()

@@ -215,6 +215,7 @@ export class RegistrationForwarder {
   /** Open splices by target identity, to drain them when their pod leaves the ready set. */
   readonly #byIdentity = new Map<string, Set<Splice>>()
   readonly #unsubscribe: () => void
+  #closed = false
   readonly maxMessageBytes: number
 
   constructor (options: RegistrationForwarderOptions) {
@@ -342,6 +343,8 @@ export class RegistrationForwarder {
 
   /** Stops draining watches; open streams are left to the front door's shutdown. */
   close (): void {
+    if (this.#closed) return
+    this.#closed = true
     this.#unsubscribe()
     for (const set of this.#byIdentity.values()) for (const splice of set) if (splice.drainTimer !== null) clearTimeout(splice.drainTimer)
   }

@@ -79,6 +79,7 @@ export class UpstreamPool {
   readonly #sessions = new Map<string, PooledSession[]>()
   #count = 0
   #closed = false
+  #closing: Promise<void> | null = null
 
   constructor (options: UpstreamPoolOptions) {
     this.#options = options
@@ -177,10 +178,24 @@ export class UpstreamPool {
     return closed
   }
 
-  /** Shutdown: no new sessions; close the existing ones after their streams end or graceMs. */
-  close (graceMs: number): void {
+  /**
+   * Shutdown: no new sessions; close the existing ones after their streams end or graceMs.
+   * Resolves once every session is gone. Idempotent: a second call waits for the first.
+   */
+  close (graceMs: number): Promise<void> {
+    this.#closing ??= this.#close(graceMs)
+    return this.#closing
+  }
+
+  async #close (graceMs: number): Promise<void> {
     this.#closed = true
+    const gone: Array<Promise<void>> = []
+    for (const list of this.#sessions.values()) {
+      // A session leaves the map on its 'close' (#forget), so every one here has yet to emit it.
+      for (const pooled of list) gone.push(new Promise((resolve) => { pooled.session.once('close', resolve) }))
+    }
     for (const list of this.#sessions.values()) for (const pooled of list) closeGracefully(pooled.session, graceMs)
+    await Promise.all(gone)
   }
 
   #connect (target: PodTarget, key: string): PooledSession {

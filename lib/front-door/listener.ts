@@ -312,7 +312,8 @@ export class FrontDoor {
 
   async #close (deadlineMs: number, onDeadline?: () => void): Promise<void> {
     this.#draining = true
-    this.#outer.close()
+    // The listening socket is gone at this callback, once its connections are too.
+    const unlistened = new Promise<void>((resolve) => { this.#outer.close(() => { resolve() }) })
     for (const session of this.#sessions) session.close()
     for (const connection of this.#deadlines.connections()) {
       if (connection.phase !== 'h1_active' && connection.phase !== 'h2') connection.socket.destroy()
@@ -338,6 +339,8 @@ export class FrontDoor {
     this.#onRawClosed = null
     for (const timer of [deadline, cut, giveUp]) if (timer !== null) clearTimeout(timer)
     this.#deadlines.stop()
+    // Not when we gave up on connections that never reported their close.
+    if (this.#raw.size === 0) await unlistened
   }
 
   #onRawConnection (socket: Socket): void {

@@ -42,6 +42,7 @@ export interface HealthServerOptions {
 export class HealthServer {
   readonly #app: FastifyInstance
   readonly #options: HealthServerOptions
+  #closing: Promise<void> | null = null
 
   constructor (options: HealthServerOptions) {
     this.#options = options
@@ -98,7 +99,9 @@ export class HealthServer {
     return new Promise((resolve) => { this.#app.server.getConnections((err, count) => { resolve(err === null ? count : 0) }) })
   }
 
+  /** Closes the listener and every connection on it. Idempotent: a second call waits for the first. */
   close (): Promise<void> {
-    return this.#app.close()
+    this.#closing ??= this.#app.close()
+    return this.#closing
   }
 }

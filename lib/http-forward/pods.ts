@@ -39,6 +39,7 @@ export class HttpPods {
   #byIdentity = new Map<string, HttpPod>()
   #candidates: HttpPod[] = []
   readonly #unsubscribe: () => void
+  #closing: Promise<void> | null = null
 
   constructor (options: HttpPodsOptions) {
     this.#options = options
@@ -78,9 +79,15 @@ export class HttpPods {
 
   /**
    * Closes every pool: requests in flight may finish for graceMs (by default closeGraceMs), then
-   * their connections are destroyed. Shutdown passes what is left of its budget.
+   * their connections are destroyed. Shutdown passes what is left of its budget. Idempotent: a
+   * second call waits for the first (and its grace is the first's).
    */
-  async close (graceMs: number = this.#options.closeGraceMs): Promise<void> {
+  close (graceMs: number = this.#options.closeGraceMs): Promise<void> {
+    this.#closing ??= this.#close(graceMs)
+    return this.#closing
+  }
+
+  async #close (graceMs: number): Promise<void> {
     this.#unsubscribe()
     const pods = [...this.#byIdentity.values()]
     this.#byIdentity = new Map()
