@@ -15,7 +15,8 @@
  */
 import { isIP } from 'node:net'
 import { parse as parseYaml } from 'yaml'
-import { WatchedFile, type ReadFailure } from './watched-file.ts'
+import { WatchedFile } from './watched-file.ts'
+import type { ReadFailure } from '../read-capped.ts'
 import type { SnapshotStore } from './snapshot-store.ts'
 import { formatHost, type DiscoveryStatus, type PodTarget } from './types.ts'
 import { isRoutableIdentity } from '../routing/hostname-template.ts'

@@ -16,7 +16,8 @@
  */
 import { isIP } from 'node:net'
 import { parse as parseYaml } from 'yaml'
-import { WatchedFile, type ReadFailure } from './watched-file.ts'
+import { WatchedFile } from './watched-file.ts'
+import type { ReadFailure } from '../read-capped.ts'
 import type { Peer, PeerSet } from './peers.ts'
 import type { Logger } from '../log.ts'
 
