@@ -11,6 +11,7 @@ import { checkExplicitUri, describeUriProblem } from './explicit-uri.ts'
 import { compileHostnameTemplate } from '../routing/hostname-template.ts'
 import { parseCidr } from '../http-forward/trusted-proxies.ts'
 import { STARTUP_ERRORS } from './errors.ts'
+import { splitHostPort } from '../host-port.ts'
 
 export interface ListenAddress {
   readonly host: string
@@ -385,21 +386,16 @@ export function parseListenAddress (flagName: string, value: string): ListenAddr
   const fail = (why: string): never => {
     throw new ConfigError('usage', flagName, `invalid --${flagName} '${value}': ${why}; expected host:port such as 0.0.0.0:50071 or [::]:50071`)
   }
-  let host: string
-  let portText: string
-  if (value.startsWith('[')) {
-    const close = value.indexOf(']')
-    if (close < 0) return fail('unterminated IPv6 address')
-    if (value[close + 1] !== ':') return fail('no port')
-    host = value.slice(1, close)
-    portText = value.slice(close + 2)
+  const { host: written, port: portText } = splitHostPort(value)
+  let host = written
+  if (written.startsWith('[')) {
+    if (!value.includes(']')) return fail('unterminated IPv6 address')
+    if (portText === null || written.indexOf(']') !== written.length - 1) return fail('no port')
+    host = written.slice(1, -1)
   } else {
-    const colon = value.lastIndexOf(':')
-    if (colon < 0) return fail('no port')
-    if (colon === 0) return fail('no host')
-    host = value.slice(0, colon)
-    portText = value.slice(colon + 1)
-    if (host.includes(':')) return fail('IPv6 addresses need brackets')
+    if (portText === null) return fail('no port')
+    if (written === '') return fail('no host')
+    if (written.includes(':')) return fail('IPv6 addresses need brackets')
   }
   if (!/^\d{1,5}$/.test(portText) || Number(portText) > 65535) return fail('port must be 0..65535')
   return { host, port: Number(portText) }

@@ -9,7 +9,7 @@
  * lists every target, and a peer that is not a router must not make us buffer without bound.
  */
 import { Agent, request } from 'undici'
-import { formatHost } from './types.ts'
+import { formatHost } from '../host-port.ts'
 import type { Peer } from './peers.ts'
 import type { PeerCheckErrorReason } from './peer-metrics.ts'
 

@@ -15,6 +15,7 @@ import { SNI_REFUSALS } from './errors.ts'
 import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 import type { RequestHead } from '../quic/h3/message.ts'
 import type { FieldLine } from '../quic/h3/qpack.ts'
+import { splitHostPort } from '../host-port.ts'
 
 /** The only path a session request may use. */
 export const SESSION_PATH = '/_stargate/webtransport'
@@ -113,14 +114,8 @@ export function routeSession (sni: string | false | null | undefined, authority:
 
 /** The host of an :authority, lower-cased, without port or trailing dot. */
 export function hostOf (authority: string): string {
-  let end = authority.length
-  for (let i = end - 1; i >= 0; i--) {
-    const c = authority.charCodeAt(i)
-    if (c === 58 /* : */) { end = i; break }
-    if (c < 48 || c > 57) break
-  }
-  if (end > 0 && authority.charCodeAt(end - 1) === 46 /* . */) end--
-  return authority.slice(0, end).toLowerCase()
+  const host = splitHostPort(authority).host
+  return (host.endsWith('.') ? host.slice(0, -1) : host).toLowerCase()
 }
 
 /** Connection-specific fields: never legal in HTTP/2 (RFC 9113 §8.2.2); Node refuses to send them. */
