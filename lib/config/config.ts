@@ -12,6 +12,7 @@ import { compileHostnameTemplate } from '../routing/hostname-template.ts'
 import { parseCidr } from '../http-forward/trusted-proxies.ts'
 import { STARTUP_ERRORS } from './errors.ts'
 import { splitHostPort } from '../host-port.ts'
+import { isServiceName } from '../dns-name.ts'
 
 export interface ListenAddress {
   readonly host: string
@@ -244,7 +245,7 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     if (peerService !== null && peersFile !== null) {
       throw new ConfigError('invalid', 'peers-file', 'invalid --peers-file: give --peer-service or --peers-file, not both')
     }
-    if (peerService !== null && !DNS_LABEL.test(peerService)) {
+    if (peerService !== null && !isServiceName(peerService)) {
       throw new ConfigError('invalid', 'peer-service', `invalid --peer-service '${peerService}': must be a Service name (a lower-case DNS label such as stargate-router)`)
     }
     if (peerService !== null && podIp === null && podName === null) {
@@ -360,9 +361,6 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
 
 /** Flags whose value is host:port (a SocketAddr in the Rust router: a malformed one is a usage error). */
 const ADDRESS_FLAGS = ['listen-addr', 'reverse-tunnel-listen-addr', 'health-listen-addr'] as const
-
-/** A Service name (RFC 1035 label), as Kubernetes validates it. */
-const DNS_LABEL = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/
 
 /** List values, each split on commas, trimmed, empty entries dropped. */
 function splitList (values: readonly string[]): string[] {

@@ -20,15 +20,13 @@ import { WatchedFile } from './watched-file.ts'
 import type { ReadFailure } from '../read-capped.ts'
 import type { Peer, PeerSet } from './peers.ts'
 import type { Logger } from '../log.ts'
+import { isDnsLabel, isDnsSubdomain } from '../dns-name.ts'
 
 export const PEERS_FILE_MAX_BYTES = 1024 * 1024
 
 export type PeersFileResult =
   | { readonly ok: true, readonly peers: readonly Peer[], readonly problems: readonly string[] }
   | { readonly ok: false, readonly error: string }
-
-const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/
-const DNS_SUBDOMAIN = /^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/
 
 function port (value: unknown): number | null {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535 ? value : null
@@ -55,9 +53,9 @@ export function parsePeersFile (text: string, defaults: { namespace: string, por
     const address = e.address
     if (typeof address !== 'string' || isIP(address) === 0) { problems.push(`${where}: address must be an IPv4 or IPv6 address`); return }
     const name = e.name === undefined || e.name === null ? null : e.name
-    if (name !== null && (typeof name !== 'string' || !DNS_SUBDOMAIN.test(name))) { problems.push(`${where} (${address}): name must be a pod name (lower-case DNS name)`); return }
+    if (name !== null && (typeof name !== 'string' || !isDnsSubdomain(name))) { problems.push(`${where} (${address}): name must be a pod name (lower-case DNS name)`); return }
     const namespace = e.namespace === undefined || e.namespace === null ? defaults.namespace : e.namespace
-    if (typeof namespace !== 'string' || !DNS_LABEL.test(namespace)) { problems.push(`${where} (${address}): namespace must be a lower-case DNS label`); return }
+    if (typeof namespace !== 'string' || !isDnsLabel(namespace)) { problems.push(`${where} (${address}): namespace must be a lower-case DNS label`); return }
     const peerPort = e.port === undefined || e.port === null ? defaults.port : port(e.port)
     if (peerPort === null) { problems.push(`${where} (${address}): port must be 1..65535`); return }
     const id = `${namespace}/${name ?? address}`
