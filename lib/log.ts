@@ -46,7 +46,7 @@ export interface LogRateLimit {
   readonly burst: number
 }
 
-export const DEFAULT_LOG_RATE_LIMIT: LogRateLimit = { windowMs: 10_000, burst: 20 }
+const DEFAULT_LOG_RATE_LIMIT: LogRateLimit = { windowMs: 10_000, burst: 20 }
 
 export interface LoggerOptions {
   readonly level: string

@@ -380,7 +380,7 @@ function parseBool (flagName: string, envName: string, value: string): boolean {
 }
 
 /** host:port or [v6]:port; the port may be 0 (tests bind an ephemeral port). */
-export function parseListenAddress (flagName: string, value: string): ListenAddress {
+function parseListenAddress (flagName: string, value: string): ListenAddress {
   const fail = (why: string): never => {
     throw new ConfigError('usage', flagName, `invalid --${flagName} '${value}': ${why}; expected host:port such as 0.0.0.0:50071 or [::]:50071`)
   }

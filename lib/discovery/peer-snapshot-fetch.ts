@@ -14,7 +14,7 @@ import type { Peer } from './peers.ts'
 import type { PeerCheckErrorReason } from './peer-metrics.ts'
 
 /** About 20,000 targets of /debug/snapshot JSON. */
-export const PEER_SNAPSHOT_MAX_BYTES = 4 * 1024 * 1024
+const PEER_SNAPSHOT_MAX_BYTES = 4 * 1024 * 1024
 
 export interface PeerSnapshot {
   readonly initialized: boolean

@@ -40,7 +40,6 @@ import type { HttpPod, HttpPods } from './pods.ts'
 type Req = IncomingMessage | Http2ServerRequest
 type Res = ServerResponse | Http2ServerResponse
 
-export const HTTP_OUTCOMES = ['forwarded', 'client_aborted', ...Object.keys(HTTP_ERRORS)] as const
 export type HttpOutcome = 'forwarded' | 'client_aborted' | HttpErrorCode
 
 export interface HttpForwarderOptions {

@@ -27,7 +27,7 @@ import { SENSITIVE_FIELDS } from '../../http-fields.ts'
 export type FieldLine = readonly [name: string, value: string]
 
 /** RFC 9114 §4.2.2: each field counts 32 bytes on top of its name and value. */
-export const FIELD_OVERHEAD = 32
+const FIELD_OVERHEAD = 32
 /** Prefixed integers longer than this are refused: no index or length needs more than 2^35. */
 const MAX_CONTINUATION_BYTES = 5
 
