@@ -15,7 +15,7 @@
  * set, leave it out.
  */
 import { isIP } from 'node:net'
-import { parse as parseYaml } from 'yaml'
+import { parseYamlList, portOf } from './yaml-list.ts'
 import { WatchedFile } from './watched-file.ts'
 import type { ReadFailure } from '../read-capped.ts'
 import type { Peer, PeerSet } from './peers.ts'
@@ -28,21 +28,11 @@ export type PeersFileResult =
   | { readonly ok: true, readonly peers: readonly Peer[], readonly problems: readonly string[] }
   | { readonly ok: false, readonly error: string }
 
-function port (value: unknown): number | null {
-  return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535 ? value : null
-}
-
 /** Pure: file text to peers plus one problem line per skipped entry. */
 export function parsePeersFile (text: string, defaults: { namespace: string, port: number }): PeersFileResult {
-  let doc: unknown
-  try {
-    doc = parseYaml(text)
-  } catch (err) {
-    // The yaml library's first line ends with ':' before a source excerpt on the next lines.
-    return { ok: false, error: `not valid YAML or JSON: ${((err as Error).message.split('\n')[0] ?? '').replace(/:$/, '')}` }
-  }
-  const list = Array.isArray(doc) ? doc : (typeof doc === 'object' && doc !== null ? (doc as { peers?: unknown }).peers : undefined)
-  if (!Array.isArray(list)) return { ok: false, error: 'expected a list of peers or an object with a "peers" list' }
+  const parsed = parseYamlList(text, 'peers')
+  if (!parsed.ok) return parsed
+  const list = parsed.list
   const peers: Peer[] = []
   const problems: string[] = []
   const seen = new Set<string>()
@@ -56,7 +46,7 @@ export function parsePeersFile (text: string, defaults: { namespace: string, por
     if (name !== null && (typeof name !== 'string' || !isDnsSubdomain(name))) { problems.push(`${where} (${address}): name must be a pod name (lower-case DNS name)`); return }
     const namespace = e.namespace === undefined || e.namespace === null ? defaults.namespace : e.namespace
     if (typeof namespace !== 'string' || !isDnsLabel(namespace)) { problems.push(`${where} (${address}): namespace must be a lower-case DNS label`); return }
-    const peerPort = e.port === undefined || e.port === null ? defaults.port : port(e.port)
+    const peerPort = e.port === undefined || e.port === null ? defaults.port : portOf(e.port)
     if (peerPort === null) { problems.push(`${where} (${address}): port must be 1..65535`); return }
     const id = `${namespace}/${name ?? address}`
     if (seen.has(id)) { problems.push(`${where}: duplicate peer ${id}; the first entry is kept`); return }
