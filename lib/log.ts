@@ -63,7 +63,7 @@ export function createLogger (options: LoggerOptions): Logger {
     messages: PEER_TRIGGERED_MESSAGES,
     windowMs: limit.windowMs,
     burst: limit.burst,
-    ...(options.now === undefined ? {} : { now: options.now }),
+    now: options.now,
     onSuppressed: (message, reason, suppressed) => {
       logger?.warn({ message, reason, suppressed, windowMs: limit.windowMs }, 'log lines suppressed')
     },

@@ -94,8 +94,8 @@ export class FileTargetSource implements DiscoveryStatus {
     this.#file = new WatchedFile({
       path: options.path,
       maxBytes: TARGETS_FILE_MAX_BYTES,
-      ...(options.pollMs === undefined ? {} : { pollMs: options.pollMs }),
-      ...(options.debounceMs === undefined ? {} : { debounceMs: options.debounceMs }),
+      pollMs: options.pollMs,
+      debounceMs: options.debounceMs,
       onContent: (content) => { this.#apply(content) },
       onFailure: (failure, detail) => { this.#reject(failure, detail) },
     })

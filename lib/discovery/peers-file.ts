@@ -78,8 +78,8 @@ export class FilePeerSource {
     this.#file = new WatchedFile({
       path: options.path,
       maxBytes: PEERS_FILE_MAX_BYTES,
-      ...(options.pollMs === undefined ? {} : { pollMs: options.pollMs }),
-      ...(options.debounceMs === undefined ? {} : { debounceMs: options.debounceMs }),
+      pollMs: options.pollMs,
+      debounceMs: options.debounceMs,
       onContent: (content) => { this.#apply(content) },
       onFailure: (failure, detail) => { this.#reject(failure, detail) },
     })
