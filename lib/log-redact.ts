@@ -8,10 +8,10 @@
  * log line without secrets costs a walk and no allocation.
  */
 
-export const REDACTED = '[redacted]'
+const REDACTED = '[redacted]'
 
 /** Lower-case keys whose values are never logged (headers, credentials). */
-export const SENSITIVE_KEYS: ReadonlySet<string> = new Set([
+const SENSITIVE_KEYS: ReadonlySet<string> = new Set([
   'authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'x-api-key', 'x-stargate-auth-token',
   'token', 'key', 'privatekey', 'password', 'secret',
 ])

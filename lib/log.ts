@@ -46,7 +46,7 @@ export interface LogRateLimit {
   readonly burst: number
 }
 
-export const DEFAULT_LOG_RATE_LIMIT: LogRateLimit = { windowMs: 10_000, burst: 20 }
+const DEFAULT_LOG_RATE_LIMIT: LogRateLimit = { windowMs: 10_000, burst: 20 }
 
 export interface LoggerOptions {
   readonly level: string
@@ -63,7 +63,7 @@ export function createLogger (options: LoggerOptions): Logger {
     messages: PEER_TRIGGERED_MESSAGES,
     windowMs: limit.windowMs,
     burst: limit.burst,
-    ...(options.now === undefined ? {} : { now: options.now }),
+    now: options.now,
     onSuppressed: (message, reason, suppressed) => {
       logger?.warn({ message, reason, suppressed, windowMs: limit.windowMs }, 'log lines suppressed')
     },

@@ -21,6 +21,7 @@ import { join } from 'node:path'
 import * as grpc from '@grpc/grpc-js'
 import { parseConfig } from '../lib/config/config.ts'
 import { createLogger } from '../lib/log.ts'
+import { splitHostPort } from '../lib/host-port.ts'
 import { startRouter, type RunningRouter } from './router.ts'
 import { NAMESPACE } from '../test/fixtures/kube-router.ts'
 import { SimulatedCluster } from '../test/fixtures/cluster/cluster.ts'
@@ -133,7 +134,7 @@ async function main (): Promise<void> {
   if (WEBTRANSPORT) {
     out('3. each reverse tunnel: the Pylon opens a WebTransport session over HTTP/3 at /_stargate/webtransport through the router, SNI = the ack\'s host')
     for (const registration of registrations) {
-      const host = (registration.acks[0]?.reverseTunnelTarget ?? '').split(':')[0] ?? ''
+      const host = splitHostPort(registration.acks[0]?.reverseTunnelTarget ?? '').host
       const opened = await openH3Session({ address: '127.0.0.1', port: tunnelPort, sni: host, caPem: ca.certPem, fields: [['x-inference-server-id', 'demo-pylon']] })
       if (opened.session === null) throw new Error(`WebTransport session to ${host} answered ${opened.status} ${opened.body}`)
       t.teardown(() => { opened.h3?.close() })
@@ -148,7 +149,7 @@ async function main (): Promise<void> {
   } else {
     out('3. each reverse tunnel: the Pylon dials the router over QUIC with the ack\'s host as SNI; the Stargate sends a request back through it')
     for (const registration of registrations) {
-      const host = (registration.acks[0]?.reverseTunnelTarget ?? '').split(':')[0] ?? ''
+      const host = splitHostPort(registration.acks[0]?.reverseTunnelTarget ?? '').host
       const tunnel = await PylonTunnel.dial(t, { port: tunnelPort, serverName: host, caPem: ca.certPem })
       await tunnel.ready()
       const pod = cluster.pod(registration.stargate.stargateId)

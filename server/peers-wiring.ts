@@ -86,7 +86,7 @@ export async function startPeers (context: PeersContext): Promise<RunningPeers |
       peers,
       metrics,
       logger,
-      ...(context.backoff === undefined ? {} : { backoff: context.backoff }),
+      backoff: context.backoff,
     })
     k8s.start()
     source = { report: () => ({ kind: 'kubernetes', namespace, service, stalenessSeconds: k8s.stalenessMs() / 1000 }), stop: () => k8s.stop() }

@@ -29,7 +29,7 @@ export interface RouterTls {
 }
 
 /** The trust bundle for dialing pods: --upstream-tls-cert-path, else the router's certificate. */
-export function upstreamTrustPath (config: Config): string | null {
+function upstreamTrustPath (config: Config): string | null {
   return config.upstreamTlsCertPath ?? (config.upstreamTls ? config.tlsCertPath : null)
 }
 

@@ -24,7 +24,7 @@ import type { RunningTunnel, TunnelContext } from './tunnels.ts'
 import { resetSecretOf } from './raw-quic-wiring.ts'
 
 /** The upstream trust of a TLS state; `key` changes only when the configured trust bundle does. */
-export function upstreamTrustOf (state: TlsState, insecure: boolean): UpstreamTrust {
+function upstreamTrustOf (state: TlsState, insecure: boolean): UpstreamTrust {
   if (insecure) return { secureContext: null, key: 'insecure' }
   if (state.upstreamTrust !== null) {
     return { secureContext: createSecureContext({ ca: state.upstreamTrust.pem }), key: `bundle:${state.upstreamTrust.fingerprint}` }
@@ -34,7 +34,7 @@ export function upstreamTrustOf (state: TlsState, insecure: boolean): UpstreamTr
 }
 
 /** The engine's upstream credentials for a TLS state, keyed like upstreamTrustOf. */
-export function quicUpstreamTrustOf (state: TlsState, insecure: boolean): UpstreamQuicTrust {
+function quicUpstreamTrustOf (state: TlsState, insecure: boolean): UpstreamQuicTrust {
   if (insecure) return { credentials: ClientCredentials.create({ caPem: null, verify: false }), key: 'insecure' }
   if (state.upstreamTrust !== null) {
     return { credentials: ClientCredentials.create({ caPem: state.upstreamTrust.pem, verify: true }), key: `bundle:${state.upstreamTrust.fingerprint}` }

@@ -11,6 +11,8 @@ import { checkExplicitUri, describeUriProblem } from './explicit-uri.ts'
 import { compileHostnameTemplate } from '../routing/hostname-template.ts'
 import { parseCidr } from '../http-forward/trusted-proxies.ts'
 import { STARTUP_ERRORS } from './errors.ts'
+import { splitHostPort } from '../host-port.ts'
+import { isServiceName } from '../dns-name.ts'
 
 export interface ListenAddress {
   readonly host: string
@@ -179,6 +181,18 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     if (n < min || n > max) throw new ConfigError('invalid', name, `invalid --${name} ${n}: must be between ${min} and ${max}`)
     return n
   }
+  // The flag table holds every default (lib/config/flags.ts); these read a flag that has one,
+  // so there is no second copy of the number here to drift from the docs.
+  const defaultedInt = (name: string, min: number, max: number): number => {
+    const n = int(name, min, max)
+    if (n === null) throw new Error(`flag ${name} has no default in lib/config/flags.ts`)
+    return n
+  }
+  const defaultedStr = (name: string): string => {
+    const value = str(name)
+    if (value === null) throw new Error(`flag ${name} has no default in lib/config/flags.ts`)
+    return value
+  }
   const bool = (name: string): boolean => get(name).value === true
   const required = (name: string, value: string | null, fix: string): string => {
     if (value === null || value === '') throw new ConfigError('usage', name, `missing --${name}: ${fix}`)
@@ -212,8 +226,8 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
   const compiled = compileHostnameTemplate(template, targetNamespace === '' ? 'default' : targetNamespace)
   if (!compiled.ok) throw new ConfigError('invalid', 'advertised-hostname-template', `invalid --advertised-hostname-template: ${compiled.message}`)
 
-  const relayIdleTimeoutMs = int('relay-idle-timeout-ms', 1, MAX_MS) ?? 300000
-  const relayKeepAliveMs = int('relay-keep-alive-ms', 0, MAX_MS) ?? 10000
+  const relayIdleTimeoutMs = defaultedInt('relay-idle-timeout-ms', 1, MAX_MS)
+  const relayKeepAliveMs = defaultedInt('relay-keep-alive-ms', 0, MAX_MS)
   if (relayKeepAliveMs !== 0 && relayKeepAliveMs >= relayIdleTimeoutMs) {
     throw new ConfigError('invalid', 'relay-keep-alive-ms', `invalid --relay-keep-alive-ms ${relayKeepAliveMs}: must be less than --relay-idle-timeout-ms ${relayIdleTimeoutMs} (or 0 to disable keep-alive)`)
   }
@@ -243,7 +257,7 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     if (peerService !== null && peersFile !== null) {
       throw new ConfigError('invalid', 'peers-file', 'invalid --peers-file: give --peer-service or --peers-file, not both')
     }
-    if (peerService !== null && !DNS_LABEL.test(peerService)) {
+    if (peerService !== null && !isServiceName(peerService)) {
       throw new ConfigError('invalid', 'peer-service', `invalid --peer-service '${peerService}': must be a Service name (a lower-case DNS label such as stargate-router)`)
     }
     if (peerService !== null && podIp === null && podName === null) {
@@ -294,31 +308,31 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     grpcPortName: required('grpc-port-name', str('grpc-port-name'), 'name the gRPC port'),
     quicPortName: required('quic-port-name', str('quic-port-name'), 'name the QUIC port'),
     httpPortName: required('http-port-name', str('http-port-name'), 'name the HTTP port'),
-    maxSnapshotStalenessMs: int('max-snapshot-staleness-ms', 0, MAX_MS) ?? 0,
+    maxSnapshotStalenessMs: defaultedInt('max-snapshot-staleness-ms', 0, MAX_MS),
     advertisedHostnameTemplate: template,
-    advertisedGrpcPort: int('advertised-grpc-port', 1, 65535) ?? 50071,
+    advertisedGrpcPort: defaultedInt('advertised-grpc-port', 1, 65535),
     grpcPylonDialAddr,
     // Sorted and deduplicated once here, as the Rust router sends them (issue 13).
     remoteStargateUrls: [...new Set(remoteStargateUrls)].sort(),
     allowInsecureRemoteWatchHttp,
-    watchHeartbeatMs: int('watch-heartbeat-ms', 1, MAX_MS) ?? 5000,
-    connectTimeoutMs: int('connect-timeout-ms', 1, MAX_MS) ?? 5000,
-    drainGraceMs: int('drain-grace-ms', 0, MAX_MS) ?? 30000,
-    grpcMaxMessageBytes: int('grpc-max-message-bytes', 1024, 64 * 1024 * 1024) ?? 4194304,
+    watchHeartbeatMs: defaultedInt('watch-heartbeat-ms', 1, MAX_MS),
+    connectTimeoutMs: defaultedInt('connect-timeout-ms', 1, MAX_MS),
+    drainGraceMs: defaultedInt('drain-grace-ms', 0, MAX_MS),
+    grpcMaxMessageBytes: defaultedInt('grpc-max-message-bytes', 1024, 64 * 1024 * 1024),
     relayIdleTimeoutMs,
     relayKeepAliveMs,
     tunnelProtocol: str('tunnel-protocol') as Config['tunnelProtocol'],
     quicRetry: bool('quic-retry'),
-    quicMaxConnections: int('quic-max-connections', 1, 1_000_000) ?? 10000,
-    webtransportMaxSessionsPerConnection: int('webtransport-max-sessions-per-connection', 1, 1000) ?? 1,
-    webtransportMaxSessions: int('webtransport-max-sessions', 1, 1_000_000) ?? 10000,
-    httpMaxBodyBytes: int('http-max-body-bytes', 0, 2 ** 40) ?? 33554432,
-    httpHeadersTimeoutMs: int('http-headers-timeout-ms', 1, MAX_MS) ?? 30000,
-    httpIdleTimeoutMs: int('http-idle-timeout-ms', 1, MAX_MS) ?? 300000,
-    httpRequestTimeoutMs: int('http-request-timeout-ms', 0, MAX_MS) ?? 0,
-    shutdownDrainTimeoutMs: int('shutdown-drain-timeout-ms', 1, MAX_MS) ?? 30000,
-    http2MaxConcurrentStreams: int('http2-max-concurrent-streams', 1, 1_000_000) ?? 1000,
-    http2MaxHeaderListBytes: int('http2-max-header-list-bytes', 1024, 1024 * 1024) ?? 16384,
+    quicMaxConnections: defaultedInt('quic-max-connections', 1, 1_000_000),
+    webtransportMaxSessionsPerConnection: defaultedInt('webtransport-max-sessions-per-connection', 1, 1000),
+    webtransportMaxSessions: defaultedInt('webtransport-max-sessions', 1, 1_000_000),
+    httpMaxBodyBytes: defaultedInt('http-max-body-bytes', 0, 2 ** 40),
+    httpHeadersTimeoutMs: defaultedInt('http-headers-timeout-ms', 1, MAX_MS),
+    httpIdleTimeoutMs: defaultedInt('http-idle-timeout-ms', 1, MAX_MS),
+    httpRequestTimeoutMs: defaultedInt('http-request-timeout-ms', 0, MAX_MS),
+    shutdownDrainTimeoutMs: defaultedInt('shutdown-drain-timeout-ms', 1, MAX_MS),
+    http2MaxConcurrentStreams: defaultedInt('http2-max-concurrent-streams', 1, 1_000_000),
+    http2MaxHeaderListBytes: defaultedInt('http2-max-header-list-bytes', 1024, 1024 * 1024),
     tlsCertPath,
     tlsKeyPath,
     frontDoorTls,
@@ -326,42 +340,39 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     upstreamTls: bool('upstream-tls'),
     upstreamTlsCertPath: emptyToNull(str('upstream-tls-cert-path')),
     quicInsecure: bool('quic-insecure'),
-    tlsPollIntervalMs: int('tls-poll-interval-ms', 1000, MAX_MS) ?? 300000,
-    tlsDebounceMs: int('tls-debounce-ms', 0, 60000) ?? 200,
+    tlsPollIntervalMs: defaultedInt('tls-poll-interval-ms', 1000, MAX_MS),
+    tlsDebounceMs: defaultedInt('tls-debounce-ms', 0, 60000),
     enablePeerDiscovery,
     peerService,
     peersFile,
     peerHealthPortName: required('peer-health-port-name', str('peer-health-port-name'), 'name the peers\' health port'),
-    peerHealthPort: int('peer-health-port', 1, 65535) ?? 8080,
-    peerCheckIntervalMs: int('peer-check-interval-ms', 100, MAX_MS) ?? 10000,
-    peerCheckTimeoutMs: int('peer-check-timeout-ms', 10, MAX_MS) ?? 2000,
-    peerDivergenceGraceMs: int('peer-divergence-grace-ms', 0, MAX_MS) ?? 30000,
+    peerHealthPort: defaultedInt('peer-health-port', 1, 65535),
+    peerCheckIntervalMs: defaultedInt('peer-check-interval-ms', 100, MAX_MS),
+    peerCheckTimeoutMs: defaultedInt('peer-check-timeout-ms', 10, MAX_MS),
+    peerDivergenceGraceMs: defaultedInt('peer-divergence-grace-ms', 0, MAX_MS),
     peerNamespace: emptyToNull(env.POD_NAMESPACE ?? null) ?? (targetNamespace === '' ? 'default' : targetNamespace),
     podIp,
     podName,
-    logLevel: str('log-level') ?? 'info',
+    logLevel: defaultedStr('log-level'),
     logFormat: str('log-format') as Config['logFormat'],
     // Tunnel port defences (issue 15)
-    quicRetryThreshold: int('quic-retry-threshold', 1, 1_000_000) ?? 500,
-    quicMaxHandshakesPerAddress: int('quic-max-handshakes-per-address', 1, 1_000_000) ?? 64,
+    quicRetryThreshold: defaultedInt('quic-retry-threshold', 1, 1_000_000),
+    quicMaxHandshakesPerAddress: defaultedInt('quic-max-handshakes-per-address', 1, 1_000_000),
     // Limits and timeouts (issue 14)
-    httpUpstreamMaxConnections: int('http-upstream-max-connections', 1, 100_000) ?? 1024,
-    httpUpstreamMaxQueue: int('http-upstream-max-queue', 0, 1_000_000) ?? 1024,
+    httpUpstreamMaxConnections: defaultedInt('http-upstream-max-connections', 1, 100_000),
+    httpUpstreamMaxQueue: defaultedInt('http-upstream-max-queue', 0, 1_000_000),
     trustedProxyCidrs,
     upstreamTlsSystemCa,
-    frontDoorMaxConnections: int('front-door-max-connections', 1, 1_000_000) ?? 10000,
-    httpKeepAliveTimeoutMs: int('http-keep-alive-timeout-ms', 100, MAX_MS) ?? 75000,
-    http2SessionIdleTimeoutMs: int('http2-session-idle-timeout-ms', 100, MAX_MS) ?? 300000,
-    tlsHandshakeTimeoutMs: int('tls-handshake-timeout-ms', 100, MAX_MS) ?? 10000,
+    frontDoorMaxConnections: defaultedInt('front-door-max-connections', 1, 1_000_000),
+    httpKeepAliveTimeoutMs: defaultedInt('http-keep-alive-timeout-ms', 100, MAX_MS),
+    http2SessionIdleTimeoutMs: defaultedInt('http2-session-idle-timeout-ms', 100, MAX_MS),
+    tlsHandshakeTimeoutMs: defaultedInt('tls-handshake-timeout-ms', 100, MAX_MS),
   }
   return { kind: 'config', config }
 }
 
 /** Flags whose value is host:port (a SocketAddr in the Rust router: a malformed one is a usage error). */
 const ADDRESS_FLAGS = ['listen-addr', 'reverse-tunnel-listen-addr', 'health-listen-addr'] as const
-
-/** A Service name (RFC 1035 label), as Kubernetes validates it. */
-const DNS_LABEL = /^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$/
 
 /** List values, each split on commas, trimmed, empty entries dropped. */
 function splitList (values: readonly string[]): string[] {
@@ -381,25 +392,20 @@ function parseBool (flagName: string, envName: string, value: string): boolean {
 }
 
 /** host:port or [v6]:port; the port may be 0 (tests bind an ephemeral port). */
-export function parseListenAddress (flagName: string, value: string): ListenAddress {
+function parseListenAddress (flagName: string, value: string): ListenAddress {
   const fail = (why: string): never => {
     throw new ConfigError('usage', flagName, `invalid --${flagName} '${value}': ${why}; expected host:port such as 0.0.0.0:50071 or [::]:50071`)
   }
-  let host: string
-  let portText: string
-  if (value.startsWith('[')) {
-    const close = value.indexOf(']')
-    if (close < 0) return fail('unterminated IPv6 address')
-    if (value[close + 1] !== ':') return fail('no port')
-    host = value.slice(1, close)
-    portText = value.slice(close + 2)
+  const { host: written, port: portText } = splitHostPort(value)
+  let host = written
+  if (written.startsWith('[')) {
+    if (!value.includes(']')) return fail('unterminated IPv6 address')
+    if (portText === null || written.indexOf(']') !== written.length - 1) return fail('no port')
+    host = written.slice(1, -1)
   } else {
-    const colon = value.lastIndexOf(':')
-    if (colon < 0) return fail('no port')
-    if (colon === 0) return fail('no host')
-    host = value.slice(0, colon)
-    portText = value.slice(colon + 1)
-    if (host.includes(':')) return fail('IPv6 addresses need brackets')
+    if (portText === null) return fail('no port')
+    if (written === '') return fail('no host')
+    if (written.includes(':')) return fail('IPv6 addresses need brackets')
   }
   if (!/^\d{1,5}$/.test(portText) || Number(portText) > 65535) return fail('port must be 0..65535')
   return { host, port: Number(portText) }

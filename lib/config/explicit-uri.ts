@@ -5,6 +5,7 @@
  * scheme, user info, an empty host or a port above 65535 is refused at start-up rather than
  * at a Pylon. Pure; the caller words the message.
  */
+import { splitHostPort } from '../host-port.ts'
 
 export type UriProblem = 'no_scheme' | 'scheme' | 'userinfo' | 'no_host' | 'port' | 'malformed'
 
@@ -31,13 +32,9 @@ export function checkExplicitUri (value: string): UriCheck {
   if (scheme !== 'http' && scheme !== 'https') return { ok: false, problem: 'scheme' }
   // Checked on the raw text: URL parsing drops an empty user info (`http://@host`).
   if (authority.includes('@')) return { ok: false, problem: 'userinfo' }
-  const portAt = authority.lastIndexOf(':')
-  const host = portAt > authority.lastIndexOf(']') ? authority.slice(0, portAt) : authority
+  const { host, port } = splitHostPort(authority)
   if (host === '' || host === '[]') return { ok: false, problem: 'no_host' }
-  if (portAt > authority.lastIndexOf(']')) {
-    const port = authority.slice(portAt + 1)
-    if (port !== '' && (!/^\d+$/.test(port) || Number(port) > 65535)) return { ok: false, problem: 'port' }
-  }
+  if (port !== null && port !== '' && (!/^\d+$/.test(port) || Number(port) > 65535)) return { ok: false, problem: 'port' }
   const parsed = URL.parse(value)
   if (parsed === null || parsed.hostname === '') return { ok: false, problem: 'malformed' }
   return { ok: true, scheme }

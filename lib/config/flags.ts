@@ -21,7 +21,7 @@ export interface FlagSpec {
 }
 
 /** STARGATE_ + upper-snake name, the rule of SPEC §2. */
-export function envNameOf (flag: string): string {
+function envNameOf (flag: string): string {
   return 'STARGATE_' + flag.toUpperCase().replaceAll('-', '_')
 }
 

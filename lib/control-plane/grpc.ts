@@ -22,7 +22,7 @@ export const GrpcStatus = {
 } as const
 export type GrpcStatusCode = typeof GrpcStatus[keyof typeof GrpcStatus]
 
-export const SERVICE_PATH = '/stargate.StargateControlPlane/'
+const SERVICE_PATH = '/stargate.StargateControlPlane/'
 export const WATCH_STARGATES_PATH = SERVICE_PATH + 'WatchStargates'
 export const REGISTER_INFERENCE_SERVER_PATH = SERVICE_PATH + 'RegisterInferenceServer'
 

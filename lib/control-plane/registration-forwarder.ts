@@ -30,6 +30,7 @@ import { GrpcFrameGuard } from './grpc-frame-guard.ts'
 import type { UpstreamConnectError, UpstreamPool } from './upstream-pool.ts'
 
 import type { RegistrationOutcome } from './registration-outcomes.ts'
+import { splitHostPort } from '../host-port.ts'
 
 export interface RegistrationForwarderOptions {
   readonly snapshot: SnapshotReader
@@ -242,7 +243,7 @@ export class RegistrationForwarder {
           this.#reject(down, 'missing_authority', grpcError('missing_authority'))
           return
         case 'unknown_authority':
-          this.#reject(down, 'unknown_authority', grpcError('unknown_authority', { host: hostOf(authority ?? '') }))
+          this.#reject(down, 'unknown_authority', grpcError('unknown_authority', { host: splitHostPort(authority ?? '').host }))
           return
         case 'target_unavailable':
           this.#reject(down, 'target_unavailable', grpcError('target_unavailable', { target: route.identity }))
@@ -398,7 +399,3 @@ function onDrainTimeout (splice: Splice): void {
   splice.forwarder.fail(splice, grpcError('target_left', { target: splice.target.identity }), GRPC_ERRORS.target_left.outcome)
 }
 
-function hostOf (authority: string): string {
-  const colon = authority.lastIndexOf(':')
-  return colon > 0 && !authority.endsWith(']') ? authority.slice(0, colon) : authority
-}

@@ -141,7 +141,7 @@ export class EndpointSliceWatch {
 }
 
 /** A log-safe description of a client error: status code and message, never headers. */
-export function describeError (err: unknown): string {
+function describeError (err: unknown): string {
   if (typeof err !== 'object' || err === null) return String(err)
   const e = err as { code?: unknown, statusCode?: unknown, message?: unknown, cause?: { code?: unknown } }
   const status = typeof e.statusCode === 'number' ? e.statusCode : typeof e.code === 'number' ? e.code : undefined

@@ -3,7 +3,8 @@
  * to the observations it makes about pods. Pure; no I/O.
  */
 import { isIP } from 'node:net'
-import { formatHost, type PodTarget, type PortNames } from './types.ts'
+import type { PodTarget, PortNames } from './types.ts'
+import { formatHost } from '../host-port.ts'
 import { isRoutableIdentity } from '../routing/hostname-template.ts'
 
 /** Bounded label values of stargate_k8s_router_endpointslice_skipped_total. */

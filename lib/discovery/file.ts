@@ -14,10 +14,12 @@
  * YAML/JSON, wrong shape) keeps the last good snapshot.
  */
 import { isIP } from 'node:net'
-import { parse as parseYaml } from 'yaml'
-import { WatchedFile, type ReadFailure } from './watched-file.ts'
+import { parseYamlList, portOf } from './yaml-list.ts'
+import { WatchedFile } from './watched-file.ts'
+import type { ReadFailure } from '../read-capped.ts'
 import type { SnapshotStore } from './snapshot-store.ts'
-import { formatHost, type DiscoveryStatus, type PodTarget } from './types.ts'
+import type { DiscoveryStatus, PodTarget } from './types.ts'
+import { formatHost } from '../host-port.ts'
 import { isRoutableIdentity } from '../routing/hostname-template.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
@@ -28,22 +30,11 @@ export type TargetsFileResult =
   | { readonly ok: true, readonly targets: readonly PodTarget[], readonly problems: readonly string[] }
   | { readonly ok: false, readonly error: string }
 
-
-function port (value: unknown): number | null {
-  return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535 ? value : null
-}
-
 /** Pure: file text to targets plus one problem line per skipped entry. */
 export function parseTargetsFile (text: string, defaultNamespace: string): TargetsFileResult {
-  let doc: unknown
-  try {
-    doc = parseYaml(text)
-  } catch (err) {
-    // The yaml library's first line ends with ':' before a source excerpt on the next lines.
-    return { ok: false, error: `not valid YAML or JSON: ${((err as Error).message.split('\n')[0] ?? '').replace(/:$/, '')}` }
-  }
-  const list = Array.isArray(doc) ? doc : (typeof doc === 'object' && doc !== null ? (doc as { targets?: unknown }).targets : undefined)
-  if (!Array.isArray(list)) return { ok: false, error: 'expected a list of targets or an object with a "targets" list' }
+  const parsed = parseYamlList(text, 'targets')
+  if (!parsed.ok) return parsed
+  const list = parsed.list
   const targets: PodTarget[] = []
   const problems: string[] = []
   const seen = new Set<string>()
@@ -56,10 +47,10 @@ export function parseTargetsFile (text: string, defaultNamespace: string): Targe
     if (seen.has(identity)) { problems.push(`${where}: duplicate identity ${identity}; the first entry is kept`); return }
     const address = e.address
     if (typeof address !== 'string' || isIP(address) === 0) { problems.push(`${where} (${identity}): address must be an IPv4 or IPv6 address`); return }
-    const grpcPort = port(e.grpcPort)
-    const quicPort = port(e.quicPort)
+    const grpcPort = portOf(e.grpcPort)
+    const quicPort = portOf(e.quicPort)
     if (grpcPort === null || quicPort === null) { problems.push(`${where} (${identity}): grpcPort and quicPort must be 1..65535`); return }
-    const httpPort = e.httpPort === undefined || e.httpPort === null ? null : port(e.httpPort)
+    const httpPort = e.httpPort === undefined || e.httpPort === null ? null : portOf(e.httpPort)
     if (httpPort === null && e.httpPort !== undefined && e.httpPort !== null) { problems.push(`${where} (${identity}): httpPort must be 1..65535`); return }
     seen.add(identity)
     targets.push({
@@ -103,8 +94,8 @@ export class FileTargetSource implements DiscoveryStatus {
     this.#file = new WatchedFile({
       path: options.path,
       maxBytes: TARGETS_FILE_MAX_BYTES,
-      ...(options.pollMs === undefined ? {} : { pollMs: options.pollMs }),
-      ...(options.debounceMs === undefined ? {} : { debounceMs: options.debounceMs }),
+      pollMs: options.pollMs,
+      debounceMs: options.debounceMs,
       onContent: (content) => { this.#apply(content) },
       onFailure: (failure, detail) => { this.#reject(failure, detail) },
     })

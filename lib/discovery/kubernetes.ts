@@ -43,7 +43,7 @@ export class KubernetesTargetSource extends EndpointSliceWatch implements Discov
       serviceName: options.serviceName,
       logger,
       onRestart: () => { metrics.discoveryWatchRestarts.inc() },
-      ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
+      backoff: options.backoff,
       consumer,
     })
   }

@@ -9,12 +9,12 @@
  * lists every target, and a peer that is not a router must not make us buffer without bound.
  */
 import { Agent, request } from 'undici'
-import { formatHost } from './types.ts'
+import { formatHost } from '../host-port.ts'
 import type { Peer } from './peers.ts'
 import type { PeerCheckErrorReason } from './peer-metrics.ts'
 
 /** About 20,000 targets of /debug/snapshot JSON. */
-export const PEER_SNAPSHOT_MAX_BYTES = 4 * 1024 * 1024
+const PEER_SNAPSHOT_MAX_BYTES = 4 * 1024 * 1024
 
 export interface PeerSnapshot {
   readonly initialized: boolean

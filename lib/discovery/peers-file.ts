@@ -15,10 +15,12 @@
  * set, leave it out.
  */
 import { isIP } from 'node:net'
-import { parse as parseYaml } from 'yaml'
-import { WatchedFile, type ReadFailure } from './watched-file.ts'
+import { parseYamlList, portOf } from './yaml-list.ts'
+import { WatchedFile } from './watched-file.ts'
+import type { ReadFailure } from '../read-capped.ts'
 import type { Peer, PeerSet } from './peers.ts'
 import type { Logger } from '../log.ts'
+import { isDnsLabel, isDnsSubdomain } from '../dns-name.ts'
 
 export const PEERS_FILE_MAX_BYTES = 1024 * 1024
 
@@ -26,24 +28,11 @@ export type PeersFileResult =
   | { readonly ok: true, readonly peers: readonly Peer[], readonly problems: readonly string[] }
   | { readonly ok: false, readonly error: string }
 
-const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/
-const DNS_SUBDOMAIN = /^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/
-
-function port (value: unknown): number | null {
-  return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535 ? value : null
-}
-
 /** Pure: file text to peers plus one problem line per skipped entry. */
 export function parsePeersFile (text: string, defaults: { namespace: string, port: number }): PeersFileResult {
-  let doc: unknown
-  try {
-    doc = parseYaml(text)
-  } catch (err) {
-    // The yaml library's first line ends with ':' before a source excerpt on the next lines.
-    return { ok: false, error: `not valid YAML or JSON: ${((err as Error).message.split('\n')[0] ?? '').replace(/:$/, '')}` }
-  }
-  const list = Array.isArray(doc) ? doc : (typeof doc === 'object' && doc !== null ? (doc as { peers?: unknown }).peers : undefined)
-  if (!Array.isArray(list)) return { ok: false, error: 'expected a list of peers or an object with a "peers" list' }
+  const parsed = parseYamlList(text, 'peers')
+  if (!parsed.ok) return parsed
+  const list = parsed.list
   const peers: Peer[] = []
   const problems: string[] = []
   const seen = new Set<string>()
@@ -54,10 +43,10 @@ export function parsePeersFile (text: string, defaults: { namespace: string, por
     const address = e.address
     if (typeof address !== 'string' || isIP(address) === 0) { problems.push(`${where}: address must be an IPv4 or IPv6 address`); return }
     const name = e.name === undefined || e.name === null ? null : e.name
-    if (name !== null && (typeof name !== 'string' || !DNS_SUBDOMAIN.test(name))) { problems.push(`${where} (${address}): name must be a pod name (lower-case DNS name)`); return }
+    if (name !== null && (typeof name !== 'string' || !isDnsSubdomain(name))) { problems.push(`${where} (${address}): name must be a pod name (lower-case DNS name)`); return }
     const namespace = e.namespace === undefined || e.namespace === null ? defaults.namespace : e.namespace
-    if (typeof namespace !== 'string' || !DNS_LABEL.test(namespace)) { problems.push(`${where} (${address}): namespace must be a lower-case DNS label`); return }
-    const peerPort = e.port === undefined || e.port === null ? defaults.port : port(e.port)
+    if (typeof namespace !== 'string' || !isDnsLabel(namespace)) { problems.push(`${where} (${address}): namespace must be a lower-case DNS label`); return }
+    const peerPort = e.port === undefined || e.port === null ? defaults.port : portOf(e.port)
     if (peerPort === null) { problems.push(`${where} (${address}): port must be 1..65535`); return }
     const id = `${namespace}/${name ?? address}`
     if (seen.has(id)) { problems.push(`${where}: duplicate peer ${id}; the first entry is kept`); return }
@@ -89,8 +78,8 @@ export class FilePeerSource {
     this.#file = new WatchedFile({
       path: options.path,
       maxBytes: PEERS_FILE_MAX_BYTES,
-      ...(options.pollMs === undefined ? {} : { pollMs: options.pollMs }),
-      ...(options.debounceMs === undefined ? {} : { debounceMs: options.debounceMs }),
+      pollMs: options.pollMs,
+      debounceMs: options.debounceMs,
       onContent: (content) => { this.#apply(content) },
       onFailure: (failure, detail) => { this.#reject(failure, detail) },
     })

@@ -82,7 +82,7 @@ export class KubernetesPeerSource extends EndpointSliceWatch implements Discover
       serviceName: options.serviceName,
       logger,
       onRestart: () => { metrics.peerWatchRestarts.inc() },
-      ...(options.backoff === undefined ? {} : { backoff: options.backoff }),
+      backoff: options.backoff,
       consumer,
     })
   }

@@ -120,7 +120,7 @@ export function parsePeerSlice (raw: unknown, port: PeerPortOptions): ParsedPeer
   return { observations, skipped, usedFallbackPort: named === null && observations.length > 0 }
 }
 
-export function isSelf (peer: Peer, self: PeerSelf): boolean {
+function isSelf (peer: Peer, self: PeerSelf): boolean {
   return (self.address !== null && peer.address === self.address) || (self.id !== null && peer.id === self.id)
 }
 

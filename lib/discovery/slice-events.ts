@@ -9,7 +9,7 @@ import type { EndpointSliceConsumer } from './endpoint-slice-watch.ts'
 import { SliceIndex, type SliceObservation } from './slice-index.ts'
 
 /** namespace/name and resourceVersion of an EndpointSlice, or null when it has no name. */
-export function sliceKey (slice: unknown): { key: string, version: string } | null {
+function sliceKey (slice: unknown): { key: string, version: string } | null {
   const metadata = (slice as { metadata?: { namespace?: unknown, name?: unknown, resourceVersion?: unknown } } | null)?.metadata
   if (typeof metadata?.name !== 'string') return null
   const namespace = typeof metadata.namespace === 'string' ? metadata.namespace : ''

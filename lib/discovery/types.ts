@@ -50,7 +50,3 @@ export interface DiscoveryStatus {
   /** Milliseconds since the snapshot was last known to be current (0 while in sync). */
   stalenessMs (): number
 }
-
-export function formatHost (address: string): string {
-  return address.includes(':') ? `[${address}]` : address
-}

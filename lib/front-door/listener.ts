@@ -54,7 +54,7 @@ export interface ConnectionLimits extends ConnectionTimeouts {
   readonly tlsHandshakeTimeoutMs: number
 }
 
-export const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
+const DEFAULT_CONNECTION_LIMITS: ConnectionLimits = {
   maxConnections: 10_000,
   headersTimeoutMs: 30_000,
   keepAliveTimeoutMs: 75_000,
@@ -89,7 +89,7 @@ export const STATUS_FLUSH_MS = 200
 const GOAWAY_GRACE_MS = 1000
 const HEADERS_TIMEOUT_RESPONSE = 'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n'
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')
-export const DEFAULT_LIMITS: Http2Limits = { maxConcurrentStreams: 1000, maxHeaderListSize: 16 * 1024 }
+const DEFAULT_LIMITS: Http2Limits = { maxConcurrentStreams: 1000, maxHeaderListSize: 16 * 1024 }
 
 function headerListSize (raw: readonly string[]): number {
   let size = 0

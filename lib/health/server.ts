@@ -22,7 +22,7 @@ export interface HealthLimits {
   readonly maxConnections: number
 }
 
-export const DEFAULT_HEALTH_LIMITS: HealthLimits = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 5000, maxConnections: 256 }
+const DEFAULT_HEALTH_LIMITS: HealthLimits = { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 5000, maxConnections: 256 }
 
 export interface HealthServerOptions {
   readonly host: string

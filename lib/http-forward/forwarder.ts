@@ -26,6 +26,7 @@ import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { constants as h2constants, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2'
 import type { TLSSocket } from 'node:tls'
+import type { Dispatcher } from 'undici'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { SnapshotReader } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
@@ -39,7 +40,6 @@ import type { HttpPod, HttpPods } from './pods.ts'
 type Req = IncomingMessage | Http2ServerRequest
 type Res = ServerResponse | Http2ServerResponse
 
-export const HTTP_OUTCOMES = ['forwarded', 'client_aborted', ...Object.keys(HTTP_ERRORS)] as const
 export type HttpOutcome = 'forwarded' | 'client_aborted' | HttpErrorCode
 
 export interface HttpForwarderOptions {
@@ -72,7 +72,7 @@ function statusClass (status: number): string {
   return status < 200 ? '1xx' : status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx'
 }
 
-class Exchange {
+class Exchange implements Dispatcher.DispatchHandler {
   readonly forwarder: HttpForwarder
   readonly req: Req
   readonly res: Res
@@ -354,7 +354,7 @@ export class HttpForwarder {
       body: exchange.hasBody ? req : null,
       headersTimeout: this.options.headersTimeoutMs,
       bodyTimeout: this.options.idleTimeoutMs,
-    }, exchange as never)
+    }, exchange)
   }
 
   onUpstreamError (exchange: Exchange, err: Error & { code?: string }): void {

@@ -10,7 +10,10 @@
  * `expect` is answered by the router itself (100 Continue), so it is not forwarded.
  */
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings'])
+import { CONNECTION_SPECIFIC_FIELDS } from '../http-fields.ts'
+
+/** The connection-specific fields and the other hop-by-hop ones of HTTP/1.1 (RFC 9110 §7.6.1). */
+const HOP_BY_HOP: ReadonlySet<string> = new Set([...CONNECTION_SPECIFIC_FIELDS, 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'http2-settings'])
 
 /** Extra hop-by-hop names listed in Connection headers (lower-case), or null when none. */
 function connectionListed (raw: readonly string[]): Set<string> | null {

@@ -7,14 +7,12 @@ import { Counter, Gauge, type Registry } from 'prom-client'
 
 const PREFIX = 'stargate_k8s_router_'
 
-export const LISTENERS = ['front_door', 'health'] as const
-export type ListenerName = typeof LISTENERS[number]
+const LISTENERS = ['front_door', 'health'] as const
 
-export const REFUSE_REASONS = ['max_connections', 'accept_error'] as const
-export type RefuseReason = typeof REFUSE_REASONS[number]
+const REFUSE_REASONS = ['max_connections', 'accept_error'] as const
 
 /** Why the front door closed a connection the client had not finished with. */
-export const TIMEOUT_REASONS = ['headers_timeout', 'keep_alive_timeout', 'http2_idle_timeout', 'tls_handshake_timeout'] as const
+const TIMEOUT_REASONS = ['headers_timeout', 'keep_alive_timeout', 'http2_idle_timeout', 'tls_handshake_timeout'] as const
 export type TimeoutReason = typeof TIMEOUT_REASONS[number]
 
 export interface LimitMetrics {

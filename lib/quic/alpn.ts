@@ -15,15 +15,3 @@ export function encodeAlpn (protocols: readonly string[]): Buffer | null {
   }
   return Buffer.concat(parts)
 }
-
-/** Decodes a wire-format list (the inverse of encodeAlpn). Throws on a malformed one. */
-export function decodeAlpn (wire: Uint8Array): string[] {
-  const out: string[] = []
-  for (let at = 0; at < wire.length;) {
-    const length = wire[at] as number
-    if (length === 0 || at + 1 + length > wire.length) throw new Error('malformed ALPN list')
-    out.push(Buffer.from(wire.subarray(at + 1, at + 1 + length)).toString('latin1'))
-    at += 1 + length
-  }
-  return out
-}

@@ -197,7 +197,7 @@ export interface NativeQuic {
 }
 
 /** Where the build puts the addon (node-gyp's default output). */
-export const ADDON_PATH = new URL('./native/build/Release/quic.node', import.meta.url)
+const ADDON_PATH = new URL('./native/build/Release/quic.node', import.meta.url)
 
 let addon: NativeQuic | null = null
 

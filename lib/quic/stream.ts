@@ -35,7 +35,7 @@ export interface QuicStreamHandler {
 }
 
 /** RFC 9000 §2.1: bit 0 = initiated by the server, bit 1 = unidirectional. */
-export function isUniStream (id: number): boolean {
+function isUniStream (id: number): boolean {
   return (id & 0x02) !== 0
 }
 

@@ -16,7 +16,7 @@
 /** The largest value a QUIC varint holds (2^62 - 1), as far as a number can say it. */
 export const MAX_VARINT = 2 ** 62 - 1
 /** Longest encoding: 8 bytes. */
-export const MAX_VARINT_BYTES = 8
+const MAX_VARINT_BYTES = 8
 
 /** Encoded length of a varint from its first byte: 1, 2, 4 or 8. */
 export function varintLengthOf (first: number): 1 | 2 | 4 | 8 {

@@ -5,6 +5,7 @@
  * compares against a prefix and suffix fixed at compile time, with no regex and no
  * allocation beyond the returned identity.
  */
+import { isDnsLabel } from '../dns-name.ts'
 
 export interface HostnameTemplate {
   readonly source: string
@@ -26,10 +27,8 @@ export type CompileResult =
  * advertised identity must be one the router can route.
  */
 export function isRoutableIdentity (podName: string): boolean {
-  return DNS_LABEL.test(podName)
+  return isDnsLabel(podName)
 }
-
-const DNS_LABEL = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/
 
 const POD = '{pod_name}'
 const NAMESPACE = '{namespace}'

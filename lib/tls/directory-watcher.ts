@@ -35,7 +35,7 @@ interface Watched {
   identity: string
 }
 
-export const DEFAULT_TLS_POLL_MS = 5 * 60 * 1000
+const DEFAULT_TLS_POLL_MS = 5 * 60 * 1000
 
 export class DirectoryWatcher {
   readonly #options: DirectoryWatcherOptions

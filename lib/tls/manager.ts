@@ -194,7 +194,7 @@ export class TlsMaterialManager {
         directories: source.paths.map((path) => dirname(path)),
         debounceMs: this.#options.debounceMs,
         pollMs: this.#options.pollMs,
-        ...(this.#options.watch === undefined ? {} : { watch: this.#options.watch }),
+        watch: this.#options.watch,
         onMaybeChanged: () => { void this.#request([source.type]) },
         onWatchError: (directory, err) => {
           this.#options.logger.warn({ material_type: source.type, directory, err: err.message }, 'tls mount directory watch failed; re-arming, the poll still runs')

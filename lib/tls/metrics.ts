@@ -7,7 +7,7 @@ import { MATERIAL_TYPES, type MaterialType } from './types.ts'
 
 const PREFIX = 'stargate_k8s_router_'
 
-export const TLS_RELOAD_RESULTS = ['success', 'rejected'] as const
+const TLS_RELOAD_RESULTS = ['success', 'rejected'] as const
 
 export interface TlsMetrics {
   readonly tlsReloads: Counter<'material_type' | 'result'>

@@ -23,7 +23,7 @@
 import { lstat, readlink, realpath, stat } from 'node:fs/promises'
 import { basename, dirname, join, resolve, sep } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { readCapped } from '../discovery/watched-file.ts'
+import { readCapped } from '../read-capped.ts'
 import { fingerprintOf } from './validate.ts'
 
 /** Per file; exactly this many bytes is allowed (SPEC §8). */

@@ -63,7 +63,7 @@ export function validateTrustBundle (pem: string, now: Date): Validated<TrustBun
 }
 
 /** The earliest notAfter among the certificates (the first one to expire). */
-export function earliestNotAfter (certs: readonly X509Certificate[]): Date {
+function earliestNotAfter (certs: readonly X509Certificate[]): Date {
   let earliest = Infinity
   for (const cert of certs) earliest = Math.min(earliest, cert.validToDate.getTime())
   return new Date(earliest)

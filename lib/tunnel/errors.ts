@@ -88,7 +88,6 @@ export const WEBTRANSPORT_CLOSE_REASONS = {
 } as const satisfies Record<string, ErrorDoc & { readonly reason: string }>
 
 export type QuicCloseCode = keyof typeof QUIC_CLOSE_REASONS
-export type WebTransportCloseCode = keyof typeof WEBTRANSPORT_CLOSE_REASONS
 
 export const QUIC_CLOSE_AREA: CatalogueArea = {
   title: 'Tunnel closes (tunnel port: raw QUIC, WebTransport)',

@@ -12,11 +12,10 @@ import { HANDSHAKE_FAILURE_REASONS } from '../quic/handshake-failure.ts'
 
 const PREFIX = 'stargate_k8s_router_'
 
-export const QUIC_OUTCOMES = ['accepted', 'missing_sni', 'unknown_sni', 'target_unavailable', 'completed', 'relay_error'] as const
+const QUIC_OUTCOMES = ['accepted', 'missing_sni', 'unknown_sni', 'target_unavailable', 'completed', 'relay_error'] as const
 export type QuicOutcome = typeof QUIC_OUTCOMES[number]
 
-export const RELAY_DIRECTIONS = ['client_to_stargate', 'stargate_to_client'] as const
-export type RelayDirection = typeof RELAY_DIRECTIONS[number]
+const RELAY_DIRECTIONS = ['client_to_stargate', 'stargate_to_client'] as const
 
 /**
  * Why the tunnel port dropped a datagram before it reached a connection (the engine's
@@ -24,11 +23,11 @@ export type RelayDirection = typeof RELAY_DIRECTIONS[number]
  * reset owed), over --quic-max-connections, a bad Retry token, over the bound on Initials
  * waiting for routing, or arriving while the endpoint closes.
  */
-export const DROP_REASONS = ['malformed', 'unknown_connection', 'connection_limit', 'invalid_token', 'pending_limit', 'closing'] as const
+const DROP_REASONS = ['malformed', 'unknown_connection', 'connection_limit', 'invalid_token', 'pending_limit', 'closing'] as const
 export type DropReason = typeof DROP_REASONS[number]
 
 /** Packets the tunnel port answers without any connection state (issue 15, SPEC §12). */
-export const STATELESS_PACKETS = ['retry', 'stateless_reset', 'version_negotiation'] as const
+const STATELESS_PACKETS = ['retry', 'stateless_reset', 'version_negotiation'] as const
 export type StatelessPacket = typeof STATELESS_PACKETS[number]
 
 /**
@@ -36,7 +35,7 @@ export type StatelessPacket = typeof STATELESS_PACKETS[number]
  * from the Initial, the Pylon leg's handshake failures (lib/quic/handshake-failure.ts), and the
  * same for the leg the router dials to the pod, prefixed upstream_.
  */
-export const HANDSHAKE_FAILURES = [
+const HANDSHAKE_FAILURES = [
   'missing_sni', 'unknown_sni', 'target_unavailable',
   ...HANDSHAKE_FAILURE_REASONS,
   ...HANDSHAKE_FAILURE_REASONS.map((reason) => `upstream_${reason}` as const),

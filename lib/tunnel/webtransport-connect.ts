@@ -15,6 +15,8 @@ import { SNI_REFUSALS } from './errors.ts'
 import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 import type { RequestHead } from '../quic/h3/message.ts'
 import type { FieldLine } from '../quic/h3/qpack.ts'
+import { splitHostPort } from '../host-port.ts'
+import { CONNECTION_SPECIFIC_FIELDS, SENSITIVE_FIELDS } from '../http-fields.ts'
 
 /** The only path a session request may use. */
 export const SESSION_PATH = '/_stargate/webtransport'
@@ -113,20 +115,12 @@ export function routeSession (sni: string | false | null | undefined, authority:
 
 /** The host of an :authority, lower-cased, without port or trailing dot. */
 export function hostOf (authority: string): string {
-  let end = authority.length
-  for (let i = end - 1; i >= 0; i--) {
-    const c = authority.charCodeAt(i)
-    if (c === 58 /* : */) { end = i; break }
-    if (c < 48 || c > 57) break
-  }
-  if (end > 0 && authority.charCodeAt(end - 1) === 46 /* . */) end--
-  return authority.slice(0, end).toLowerCase()
+  const host = splitHostPort(authority).host
+  return (host.endsWith('.') ? host.slice(0, -1) : host).toLowerCase()
 }
 
 /** Connection-specific fields: never legal in HTTP/2 (RFC 9113 §8.2.2); Node refuses to send them. */
-const CONNECTION_SPECIFIC = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'host', 'http2-settings'])
-/** Fields HPACK must never index (RFC 7541 §7.1.3): credentials. */
-export const SENSITIVE_HEADERS: readonly string[] = ['authorization', 'x-stargate-auth-token', 'cookie', 'proxy-authorization']
+const CONNECTION_SPECIFIC: ReadonlySet<string> = new Set([...CONNECTION_SPECIFIC_FIELDS, 'te', 'host', 'http2-settings'])
 
 /**
  * The upstream CONNECT: every field of the downstream request, in order, a repeated field
@@ -143,7 +137,7 @@ export function upstreamHeaders (rawHeaders: readonly string[]): OutgoingHttpHea
     const existing = out[name]
     if (existing === undefined) {
       out[name] = value
-      if (SENSITIVE_HEADERS.includes(name)) sensitive.push(name)
+      if (SENSITIVE_FIELDS.has(name)) sensitive.push(name)
     } else if (name.charCodeAt(0) === 58 /* : */) {
       continue // a repeated pseudo-header is malformed; nghttp2 rejects it before we see it
     } else if (Array.isArray(existing)) {

@@ -25,10 +25,9 @@ export type WebTransportOutcome = typeof WEBTRANSPORT_OUTCOMES[number]
  * Session requests refused by a session cap (issue 16, from review of issue 14): outside the
  * Rust router's outcome names, so counted on their own.
  */
-export const SESSION_REFUSALS = ['connection_limit', 'total_limit'] as const
-export type SessionRefusal = typeof SESSION_REFUSALS[number]
+const SESSION_REFUSALS = ['connection_limit', 'total_limit'] as const
 
-export const BRIDGE_DIRECTIONS = ['to_upstream', 'to_downstream'] as const
+const BRIDGE_DIRECTIONS = ['to_upstream', 'to_downstream'] as const
 export type BridgeDirection = typeof BRIDGE_DIRECTIONS[number]
 
 export interface WebTransportMetrics {

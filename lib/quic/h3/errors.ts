@@ -36,7 +36,6 @@ export const H3_ERROR = {
 } as const
 
 export type H3ErrorName = keyof typeof H3_ERROR
-export type H3ErrorCode = typeof H3_ERROR[H3ErrorName]
 
 /**
  * Protocol violations this implementation detects, each with the code it closes with and

@@ -28,7 +28,7 @@ export const FRAME = {
 } as const
 
 /** HTTP/2 frame types with no HTTP/3 meaning; receiving one is H3_FRAME_UNEXPECTED (§7.2.8). */
-export const RESERVED_H2_FRAME_TYPES: ReadonlySet<number> = new Set([0x02, 0x06, 0x08, 0x09])
+const RESERVED_H2_FRAME_TYPES: ReadonlySet<number> = new Set([0x02, 0x06, 0x08, 0x09])
 
 /** Unidirectional stream types (§6.2, RFC 9204 §4.2, draft-ietf-webtrans-http3 §4.1). */
 export const STREAM_TYPE = {

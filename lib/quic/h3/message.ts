@@ -10,6 +10,7 @@
  * :path; extended CONNECT and every other method: :scheme and :path, and an authority).
  */
 import type { FieldLine } from './qpack.ts'
+import { CONNECTION_SPECIFIC_FIELDS } from '../../http-fields.ts'
 
 export interface RequestHead {
   readonly method: string
@@ -29,7 +30,7 @@ export interface ResponseHead {
 
 export type Validated<T> = { readonly ok: true, readonly head: T } | { readonly ok: false, readonly detail: string }
 
-const CONNECTION_SPECIFIC: ReadonlySet<string> = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade'])
+const CONNECTION_SPECIFIC: ReadonlySet<string> = new Set(CONNECTION_SPECIFIC_FIELDS)
 const REQUEST_PSEUDO: ReadonlySet<string> = new Set([':method', ':scheme', ':authority', ':path', ':protocol'])
 
 /** tchar (RFC 9110 §5.6.2) without upper-case letters. */

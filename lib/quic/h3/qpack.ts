@@ -21,12 +21,13 @@
  */
 import { huffmanDecode, huffmanEncodedLength, huffmanEncodeInto } from './huffman.ts'
 import { STATIC_FIELD_INDEX, STATIC_NAME_INDEX, STATIC_TABLE } from './qpack-static-table.ts'
+import { SENSITIVE_FIELDS } from '../../http-fields.ts'
 
 /** One field line: name and value as latin1 strings (one character per byte, as Node's HTTP layers keep them). */
 export type FieldLine = readonly [name: string, value: string]
 
 /** RFC 9114 §4.2.2: each field counts 32 bytes on top of its name and value. */
-export const FIELD_OVERHEAD = 32
+const FIELD_OVERHEAD = 32
 /** Prefixed integers longer than this are refused: no index or length needs more than 2^35. */
 const MAX_CONTINUATION_BYTES = 5
 
@@ -176,9 +177,6 @@ export function decodeFieldSection (buf: Uint8Array, maxSize: number): FieldSect
   }
   return { ok: true, fields, size }
 }
-
-/** Fields an intermediary must never let a compressor index (RFC 9204 §7.1.3, RFC 7541 §7.1.3): credentials. */
-export const SENSITIVE_FIELDS: ReadonlySet<string> = new Set(['authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'x-stargate-auth-token'])
 
 /** Bytes of a string literal: Huffman when that is shorter. */
 function stringSize (bytes: Buffer, prefixBits: number): { readonly huffman: boolean, readonly size: number } {

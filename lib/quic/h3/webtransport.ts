@@ -13,9 +13,6 @@
 import { STREAM_TYPE, WEBTRANSPORT_BIDI_SIGNAL } from './frames.ts'
 import { VarintAccumulator, decodeVarint, varintLengthOf, varintSize, writeVarint } from '../varint.ts'
 
-/** Largest header: two 8-byte varints. */
-export const MAX_STREAM_HEADER_BYTES = 16
-
 /** The header a WebTransport stream of sessionId starts with. */
 export function encodeStreamHeader (bidi: boolean, sessionId: number): Buffer {
   const type = bidi ? WEBTRANSPORT_BIDI_SIGNAL : STREAM_TYPE.WEBTRANSPORT_UNI
