@@ -9,6 +9,7 @@
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { spawnChild, tempDir, type Child } from '../_children.ts'
+import type { Report } from '../_util.ts'
 import { createCa, createLeaf } from '../../test/fixtures/certs.ts'
 import { ensureQuinnPeer, QUINN_PEER_PACKAGES } from '../../test/fixtures/quinn-peer-build.ts'
 
@@ -49,6 +50,21 @@ export async function startQuinnServer (bin: string, tls: QuinnTls, ip: string, 
   const child = spawnChild(bin, ['bench-server', '--listen', `${ip}:0`, '--cert', tls.certPath, '--key', tls.keyPath, ...extra])
   const { addr } = await child.next<{ addr: string }>((v) => v.ev === 'listening', 30_000)
   return { child, port: Number(addr.slice(addr.lastIndexOf(':') + 1)) }
+}
+
+/**
+ * What every quinn benchmark starts with: the peer binary, its TLS material and a quinn server on
+ * loopback. Without the binary the report says why the file was skipped and the process ends.
+ */
+export async function startQuinnBench (report: Report): Promise<{ peer: string, tls: QuinnTls, server: QuinnServer }> {
+  const peer = await quinnBinary()
+  if (peer === null) {
+    report.info('skipped', 'quinn-peer cannot be built here (see stderr)')
+    report.finish()
+    process.exit(0)
+  }
+  const tls = await quinnTls()
+  return { peer, tls, server: await startQuinnServer(peer, tls, '127.0.0.1') }
 }
 
 export interface QuinnTarget {

@@ -28,7 +28,7 @@ import type { Socket } from 'node:dgram'
 import { performance } from 'node:perf_hooks'
 import { measureEach, Report, summarize, type Stats } from '../_util.ts'
 import { cpuSeconds, startRouter, stopAll, tempDir, writeTargetsFile } from '../_children.ts'
-import { quinnBinary, quinnBulk, quinnHandshakes, quinnTls, startQuinnServer, type QuinnTarget, type QuinnTls } from './_quinn.ts'
+import { quinnBulk, quinnHandshakes, startQuinnBench, type QuinnTarget, type QuinnTls } from './_quinn.ts'
 import { captureInitial, rawSocket, respin, sendRaw, templateOf } from '../../test/fixtures/quic-raw.ts'
 
 const MIB = 2 ** 20
@@ -37,15 +37,7 @@ const FLOOD = Number(process.env.BENCH_QUIC_FLOOD ?? 10_000)
 const SNI = 'stargate-0.stargate.external'
 
 const report = new Report('quic/engine')
-const bin = await quinnBinary()
-if (bin === null) {
-  report.info('skipped', 'quinn-peer cannot be built here (see stderr)')
-  report.finish()
-  process.exit(0)
-}
-const peer: string = bin
-const tls = await quinnTls()
-const server = await startQuinnServer(peer, tls, '127.0.0.1')
+const { peer, tls, server } = await startQuinnBench(report)
 report.info('transfer', `${SIZE_MIB} MiB on one stream, 1350-byte packets, quinn 0.9.3 + rustls 0.20.8 at both ends`)
 
 /** The router with one pod (the quinn server), presenting the quinn CA's leaf, not verifying the pod. */

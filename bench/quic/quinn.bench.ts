@@ -18,7 +18,7 @@
  */
 import { measureEach, Report, summarize, type Stats } from '../_util.ts'
 import { stopAll } from '../_children.ts'
-import { quinnBinary, quinnBulk, quinnHandshakes, quinnTls, quinnTunnels, startQuinnServer, type QuinnTarget } from './_quinn.ts'
+import { quinnBulk, quinnHandshakes, quinnTunnels, startQuinnBench, type QuinnTarget } from './_quinn.ts'
 
 const MIB = 2 ** 20
 const SIZE_MIB = Number(process.env.BENCH_QUIC_MIB ?? 256)
@@ -27,15 +27,7 @@ const SECONDS = Number(process.env.BENCH_QUIC_SECONDS ?? 10)
 const SNI = 'stargate-0.stargate.external'
 
 const report = new Report('quic/quinn')
-const bin = await quinnBinary()
-if (bin === null) {
-  report.info('skipped', 'quinn-peer cannot be built here (see stderr)')
-  report.finish()
-  process.exit(0)
-}
-const peer: string = bin
-const tls = await quinnTls()
-const server = await startQuinnServer(peer, tls, '127.0.0.1')
+const { peer, tls, server } = await startQuinnBench(report)
 const target: QuinnTarget = { connect: `127.0.0.1:${server.port}`, sni: SNI, caPath: tls.caPath }
 report.info('transfer', `${SIZE_MIB} MiB on one stream, 1350-byte packets, quinn 0.9.3 + rustls 0.20.8`)
 
