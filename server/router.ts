@@ -154,6 +154,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   // the listen calls themselves).
   let hub: WatchStargatesHub | null = null
   const upstreamPool = new UpstreamPool({
+    snapshot: store,
     connectTimeoutMs: config.connectTimeoutMs,
     tls: tls.registration,
     serverName: (target) => template.render(target.identity),
