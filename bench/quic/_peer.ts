@@ -8,9 +8,6 @@
  *        other request; prints {"port"} once listening
  *   node bench/quic/_peer.ts bulk <port> <sni> <bytes> <n>  downloads <bytes> n times, one
  *        connection each; prints {"bytes","ms","rssMiB"} per transfer
- *   node bench/quic/_peer.ts pylons <port> <count> <seconds> <size>  opens <count>
- *        connections, each sending a <size>-byte request once per second (staggered) for
- *        <seconds>, and prints {"rttsUs":[...],"failed"} at the end
  *
  * Every peer uses the project's QUIC engine (lib/quic) with 1350-byte packets and no ALPN.
  * QUIC_SOCKET_BUFFER (bytes) overrides the dialing peers' socket buffer size.
@@ -118,41 +115,7 @@ if (mode === 'server') {
     conn.close(0, 'done')
   }
   process.exit(0)
-} else if (mode === 'pylons') {
-  const [port = '0', countText = '1000', secondsText = '10', sizeText = '4096', sniPrefix = 'stargate-0'] = args
-  const count = Number(countText)
-  const request = Buffer.alloc(Number(sizeText), 0x61)
-  const conns: QuicConnection[] = []
-  for (let i = 0; i < count; i += 50) {
-    const batch = await Promise.all(Array.from({ length: Math.min(50, count - i) }, () => dial(Number(port), `${sniPrefix}.stargate.external`)))
-    conns.push(...batch)
-  }
-  emit({ connected: conns.length })
-  const rtts: number[] = []
-  let failed = 0
-  const until = performance.now() + Number(secondsText) * 1000
-  await Promise.all(conns.map(async (conn, i) => {
-    // Staggered: connection i fires at i/count of each second.
-    await new Promise((resolve) => { setTimeout(resolve, (1000 * i) / count) })
-    while (performance.now() < until) {
-      const next = performance.now() + 1000
-      const stream = openStream(conn)
-      if (stream === null) { failed++; continue }
-      const started = performance.now()
-      try {
-        stream.end(request)
-        const answer = await collect(stream)
-        if (answer.length !== request.length) failed++
-        else rtts.push(Math.round((performance.now() - started) * 1000))
-      } catch {
-        failed++
-      }
-      await new Promise((resolve) => { setTimeout(resolve, Math.max(0, next - performance.now())) })
-    }
-  }))
-  emit({ rttsUs: rtts, failed, rssMiB: process.memoryUsage().rss / 2 ** 20 })
-  process.exit(0)
 } else {
-  console.error('usage: _peer.ts server|bulk|pylons ...')
+  console.error('usage: _peer.ts server|bulk ...')
   process.exit(2)
 }

@@ -8,7 +8,7 @@
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { spawnChild, tempDir, type Child } from '../_children.ts'
+import { spawnChild, startRouter, tempDir, writeTargetsFile, type Child } from '../_children.ts'
 import type { Report } from '../_util.ts'
 import { createCa, createLeaf } from '../../test/fixtures/certs.ts'
 import { ensureQuinnPeer, QUINN_PEER_PACKAGES } from '../../test/fixtures/quinn-peer-build.ts'
@@ -65,6 +65,21 @@ export async function startQuinnBench (report: Report): Promise<{ peer: string, 
   }
   const tls = await quinnTls()
   return { peer, tls, server: await startQuinnServer(peer, tls, '127.0.0.1') }
+}
+
+export interface QuinnRouter {
+  readonly pid: number
+  /** The raw QUIC tunnel port. */
+  readonly port: number
+  readonly healthPort: number
+}
+
+/** The router (server/main.ts) with one pod, stargate-0 (a quinn server), presenting the quinn CA's leaf, not verifying the pod. */
+export async function startQuinnRouter (tls: QuinnTls, podPort: number, extra: readonly string[] = []): Promise<QuinnRouter> {
+  const targetsFile = writeTargetsFile(tempDir('quinn-router-targets'), [{ identity: 'stargate-0', address: '127.0.0.1', grpcPort: 50051, quicPort: podPort }])
+  const router = await startRouter({ targetsFile, args: ['--target-namespace', 'stargate', '--tls-cert-path', tls.certPath, '--tls-key-path', tls.keyPath, '--quic-insecure', ...extra] })
+  const tunnel = await router.next<{ udp: { port: number } }>((v) => v.msg === 'raw quic tunnel listening')
+  return { pid: router.pid, port: tunnel.udp.port, healthPort: router.healthPort }
 }
 
 export interface QuinnTarget {

@@ -29,8 +29,8 @@
 import type { Socket } from 'node:dgram'
 import { performance } from 'node:perf_hooks'
 import { measureEach, Report, summarize, type Stats } from '../_util.ts'
-import { cpuSeconds, startRouter, stopAll, tempDir, writeTargetsFile } from '../_children.ts'
-import { quinnBulk, quinnHandshakes, startQuinnBench, type QuinnTarget, type QuinnTls } from './_quinn.ts'
+import { cpuSeconds, stopAll } from '../_children.ts'
+import { quinnBulk, quinnHandshakes, startQuinnBench, startQuinnRouter, type QuinnTarget } from './_quinn.ts'
 import { captureInitial, rawSocket, respin, sendRaw, templateOf } from '../../test/fixtures/quic-raw.ts'
 
 const MIB = 2 ** 20
@@ -42,14 +42,6 @@ const report = new Report('quic/engine')
 const { peer, tls, server } = await startQuinnBench(report)
 report.info('transfer', `${SIZE_MIB} MiB on one stream, 1350-byte packets, quinn 0.9.3 + rustls 0.20.8 at both ends`)
 
-/** The router with one pod (the quinn server), presenting the quinn CA's leaf, not verifying the pod. */
-async function quicRouter (tlsFiles: QuinnTls, podPort: number, extra: readonly string[] = []): Promise<{ pid: number, port: number, healthPort: number }> {
-  const targetsFile = writeTargetsFile(tempDir('quic-engine-targets'), [{ identity: 'stargate-0', address: '127.0.0.1', grpcPort: 50051, quicPort: podPort }])
-  const router = await startRouter({ targetsFile, args: ['--target-namespace', 'stargate', '--tls-cert-path', tlsFiles.certPath, '--tls-key-path', tlsFiles.keyPath, '--quic-insecure', ...extra] })
-  const tunnel = await router.next<{ udp: { port: number } }>((v) => v.msg === 'raw quic tunnel listening')
-  return { pid: router.pid, port: tunnel.udp.port, healthPort: router.healthPort }
-}
-
 /** The sum of a metric's samples on the router's /metrics (every label combination). */
 async function metricSum (healthPort: number, name: string): Promise<number> {
   const text = await (await fetch(`http://127.0.0.1:${healthPort}/metrics`)).text()
@@ -60,7 +52,7 @@ async function metricSum (healthPort: number, name: string): Promise<number> {
   return sum
 }
 
-const router = await quicRouter(tls, server.port, ['--quic-max-connections', '100000'])
+const router = await startQuinnRouter(tls, server.port, ['--quic-max-connections', '100000'])
 const direct: QuinnTarget = { connect: `127.0.0.1:${server.port}`, sni: SNI, caPath: tls.caPath }
 const relayed: QuinnTarget = { connect: `127.0.0.1:${router.port}`, sni: SNI, caPath: tls.caPath }
 
@@ -121,7 +113,7 @@ report.info('addonShareOfRouterCpu', Number(med(addonShare).toFixed(3)))
 
 // The flood: a router of its own with the default limits (10,000 slots, Retry past 1,000
 // half-open handshakes, 64 per address).
-const floodRouter = await quicRouter(tls, server.port)
+const floodRouter = await startQuinnRouter(tls, server.port)
 const template = templateOf(await captureInitial({ teardown: () => {} }, SNI))
 const initials = Array.from({ length: FLOOD }, () => respin(template))
 const sockets: Socket[] = await Promise.all(Array.from({ length: 50 }, async () => rawSocket({ teardown: () => {} })))

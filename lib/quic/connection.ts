@@ -163,6 +163,18 @@ export class QuicConnection extends EventEmitter<QuicConnectionEvents> implement
     return this.native.datagramBridge(this.id, other.id, mode === 'off' ? 0 : mode === 'raw' ? 1 : 2)
   }
 
+  /**
+   * Streams either peer opens from now on are paired and spliced inside the addon, in the same
+   * engine turn, and never reach 'stream' (addon.c streamBridge; measured need in
+   * native/src/bridge.c): 'raw' every stream, its twin with the same id; 'webtransport' only
+   * WebTransport streams of the session `here` on this connection / `there` on other (the
+   * header is rewritten), every other stream still comes as 'stream'. 'off' stops it; streams
+   * the addon held come as 'stream'. Counted in stats().bridgedStreams.
+   */
+  bridgeStreams (other: QuicConnection, mode: 'raw' | 'webtransport' | 'off', here = 0, there = 0): boolean {
+    return this.#closeInfo === null && this.native.streamBridge(this.id, other.id, mode === 'off' ? 0 : mode === 'raw' ? 1 : 2, here, there)
+  }
+
   /** For an 'h3' bridge: datagrams arriving here with quarter stream id from leave with to (-1 removes). */
   mapDatagrams (from: number, to: number): boolean {
     return this.native.datagramMap(this.id, from, to)

@@ -116,6 +116,8 @@ export interface NativeConnStats {
   readonly bridgedBytes: number
   readonly datagramsDropped: number
   readonly openStreams: number
+  /** Streams the peer opened that streamBridge paired and spliced in the addon. */
+  readonly bridgedStreams: number
 }
 
 export interface NativeEndpointStats {
@@ -164,6 +166,8 @@ export interface NativeCounters {
   readonly busyNs: number
   /** The process's malloc heap in use, bytes (glibc mallinfo2; leak checks after equal work). */
   readonly mallocInUse: number
+  /** Streams streamBridge paired and spliced, all connections (monotonic). */
+  readonly bridgedStreams: number
 }
 
 export interface NativeQuic {
@@ -190,6 +194,8 @@ export interface NativeQuic {
   streamReset (conn: number, stream: number, code: number): void
   streamStop (conn: number, stream: number, code: number): void
   splice (connA: number, streamA: number, connB: number, streamB: number): boolean
+  /** mode 0 off, 1 raw (every stream, same ids), 2 WebTransport (sessionA on connA, sessionB on connB). */
+  streamBridge (connA: number, connB: number, mode: 0 | 1 | 2, sessionA: number, sessionB: number): boolean
   datagramSend (conn: number, data: Uint8Array): boolean
   datagramBridge (connA: number, connB: number, mode: 0 | 1 | 2): boolean
   datagramMap (conn: number, fromQuarterId: number, toQuarterId: number): boolean

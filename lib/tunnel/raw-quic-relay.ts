@@ -268,6 +268,7 @@ export class RawQuicRelay {
     if (upstream === null || tunnel.ended) return
     tunnel.upstreamReady = true
     for (const stream of tunnel.waiting.splice(0)) this.#bridge(tunnel, 'client', stream)
+    this.#bridgeNatively(tunnel)
     const datagrams = tunnel.client.datagrams && upstream.datagrams
     if (datagrams) tunnel.client.bridgeDatagrams(upstream, 'raw')
     this.#options.logger.debug({ target: tunnel.identity, alpn: upstream.alpn, datagrams }, 'raw quic tunnel relaying')
@@ -327,6 +328,17 @@ export class RawQuicRelay {
     }
   }
 
+  /**
+   * From now on the addon pairs new streams itself, in the same engine turn (twins in id order,
+   * as #bridge does). Only once no stream waits here for credit: the addon's twins would
+   * otherwise take the ids those are due.
+   */
+  #bridgeNatively (tunnel: Tunnel): void {
+    if (tunnel.ended || tunnel.upstream === null || !tunnel.upstreamReady) return
+    if (tunnel.blocked.client.length > 0 || tunnel.blocked.upstream.length > 0) return
+    tunnel.client.bridgeStreams(tunnel.upstream, 'raw')
+  }
+
   /** The other leg granted more streams: bridge the ones waiting for it, in order. */
   #retryBlocked (tunnel: Tunnel, from: Leg): void {
     const queue = tunnel.blocked[from].splice(0)
@@ -338,6 +350,7 @@ export class RawQuicRelay {
         return
       }
     }
+    if (queue.length > 0) this.#bridgeNatively(tunnel)
   }
 
   #onLegClosed (tunnel: Tunnel, leg: Leg, info: QuicCloseInfo): void {

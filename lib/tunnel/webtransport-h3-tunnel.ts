@@ -320,6 +320,8 @@ export class WebTransportH3Tunnel {
       this.wasBridged = true
       this.#host.onBridged(this)
       this.#bridgeDatagrams()
+      // From here on the addon pairs the session's new streams itself (no turn through here).
+      this.down.quic.bridgeStreams((this.up as QuicH3Connection).quic, 'webtransport', this.#downSession, this.#upSession)
       if (this.#pending.length > 0) this.#flushPending()
       return
     }
@@ -357,6 +359,11 @@ export class WebTransportH3Tunnel {
     if (!this.down.quic.bridgeDatagrams(up.quic, 'h3')) return
     this.down.quic.mapDatagrams(this.#downSession / 4, this.#upSession / 4)
     up.quic.mapDatagrams(this.#upSession / 4, this.#downSession / 4)
+  }
+
+  /** New streams come to TypeScript again (and are refused there: the session is ending). */
+  #unbridgeStreams (): void {
+    if (this.up !== null && this.wasBridged) this.down.quic.bridgeStreams(this.up.quic, 'off')
   }
 
   #bridgeStream (stream: QuicStream, fromDown: boolean): void {
@@ -426,6 +433,7 @@ export class WebTransportH3Tunnel {
     if (this.#state === 'closed') return
     if (this.#state !== 'closing') {
       this.#state = 'closing'
+      this.#unbridgeStreams()
       for (const { stream } of this.#pending) refuseStream(stream)
       this.#pending = []
     }
@@ -436,6 +444,7 @@ export class WebTransportH3Tunnel {
   #closeNow (code: number, reason: string): void {
     this.#state = 'closed'
     this.#disarm()
+    this.#unbridgeStreams()
     for (const { stream } of this.#pending) refuseStream(stream)
     this.#pending = []
     if (!this.down.quic.closed) this.down.close(code, reason)

@@ -8,6 +8,7 @@
         "src/endpoint.c",
         "src/conn.c",
         "src/stream.c",
+        "src/bridge.c",
         "src/frames.c",
         "src/initial.c",
         "src/tls.c",

@@ -26,6 +26,7 @@
  *    10 STREAMS_AVAILABLE a = bidi, b = uni streams we may open now (after an open failed)
  *    11 DATAGRAM        object Buffer
  *    12 SPLICE_DONE     a = bytes this (spliced) stream received and passed on, b = of those acked
+ *                       (not for the streams streamBridge splices itself)
  *    13 ENDPOINT_ERROR  conn = endpoint id, a = errno
  *    14 PENDING_EXPIRED conn = pending id: no decision in time, dropped
  *
@@ -46,7 +47,8 @@
  * close(conn, app, code, reason)            CONNECTION_CLOSE, then the closing period
  * destroy(conn)                             forget it now, tell nobody
  * connInfo(conn) -> {alpn, sni, datagrams, established, remoteAddress, remotePort, localPort}
- * connStats(conn) -> {rttUs, cwnd, bytesInFlight, txBytes, rxBytes, txPackets, rxPackets, splicedBytes, bridgedBytes, datagramsDropped}
+ * connStats(conn) -> {rttUs, cwnd, bytesInFlight, txBytes, rxBytes, txPackets, rxPackets, splicedBytes, bridgedBytes,
+ *                    datagramsDropped, openStreams, bridgedStreams}
  * peerCertificates(conn) -> Buffer[]        DER, leaf first
  * streamOpen(conn, bidi) -> stream id, or -1 when the peer's limit is reached (STREAMS_AVAILABLE follows)
  * streamRead(conn, stream, max) -> Buffer (bytes consumed; credit returned to the peer), or
@@ -60,13 +62,24 @@
  *   the addon takes over both directions (bytes buffered but unread included), honouring flow
  *   control on both legs, carrying FIN / RESET_STREAM / STOP_SENDING with their codes;
  *   SPLICE_DONE for each stream when it ends
+ * streamBridge(connA, connB, mode, sessionA, sessionB) -> boolean
+ *   mode 1 raw: every stream either peer opens from now on gets its twin (same stream id: twins
+ *   are opened in id order) on the other leg and is spliced in the same engine turn, without
+ *   STREAM_OPENED; mode 2 WebTransport over HTTP/3: only bidi streams starting 0x41 + that
+ *   leg's session id (sessionA on connA) and uni streams of type 0x54 + session id; the header
+ *   is replaced by the other leg's. Every other stream (H3 control, QPACK, requests, other
+ *   sessions) comes as STREAM_OPENED, bytes unread, as before. Streams over the other peer's
+ *   limit wait natively, in order, for its next grant. Mode 0 switches it off: streams the
+ *   bridge held come to TypeScript as STREAM_OPENED. false: a connection is unknown or already
+ *   bridged elsewhere. Counted per connection in connStats().bridgedStreams (bridge.c)
  * datagramSend(conn, data) -> boolean       queued (false: not negotiated, too many queued)
  * datagramBridge(connA, connB, mode)        0 off, 1 raw both ways, 2 HTTP/3 (quarter stream
  *                                           ids mapped, unknown ones dropped and counted)
  * datagramMap(conn, fromQuarterId, toQuarterId)   for mode 2, datagrams arriving on conn
  * counters() -> object                      live objects and syscalls (leak checks, benchmarks),
  *   busyNs (thread CPU time in the engine's libuv callbacks, JavaScript excluded: an estimate
- *   from a random 1 in 16 of them, engine.c), mallocInUse (glibc heap)
+ *   from a random 1 in 16 of them, engine.c), mallocInUse (glibc heap),
+ *   bridgedStreams (streams streamBridge paired, all connections)
  */
 #include "quic.h"
 
@@ -652,6 +665,7 @@ static napi_value js_conn_stats(napi_env env, napi_callback_info info) {
   SET("bridgedBytes", c->bridged_bytes);
   SET("datagramsDropped", c->dgram_dropped + c->dgram_unmapped);
   SET("openStreams", c->streams.used);
+  SET("bridgedStreams", c->bridged_streams);
   return o;
 }
 
@@ -680,22 +694,9 @@ static napi_value js_stream_open(napi_env env, napi_callback_info info) {
   get_args(env, info, 2, argv);
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL || c->state != CSTATE_OPEN) return num(env, -2);
-  int bidi = get_bool(env, argv[1], 1);
-  int64_t id;
-  int rv = bidi ? ngtcp2_conn_open_bidi_stream(c->conn, &id, NULL) : ngtcp2_conn_open_uni_stream(c->conn, &id, NULL);
-  if (rv == NGTCP2_ERR_STREAM_ID_BLOCKED) {
-    if (bidi) c->streams_blocked_bidi = 1;
-    else c->streams_blocked_uni = 1;
-    return num(env, -1);
-  }
-  if (rv != 0) return num(env, -2);
-  qstream *s = stream_new(c, id);
-  if (s == NULL) {
-    ngtcp2_conn_shutdown_stream(c->conn, id, 0);
-    return num(env, -2);
-  }
-  ngtcp2_conn_set_stream_user_data(c->conn, id, s);
-  return num(env, (double)id);
+  qstream *s = NULL;
+  int rv = stream_open_local(c, get_bool(env, argv[1], 1), &s);
+  return num(env, rv == 0 ? (double)s->id : (double)rv);
 }
 
 static napi_value js_streams_left(napi_env env, napi_callback_info info) {
@@ -787,6 +788,18 @@ static napi_value js_splice(napi_env env, napi_callback_info info) {
   return boolean(env, ok);
 }
 
+static napi_value js_stream_bridge(napi_env env, napi_callback_info info) {
+  qengine *eng = engine_of(env);
+  napi_value argv[5];
+  get_args(env, info, 5, argv);
+  qconn *a = conn_arg(env, eng, argv[0]);
+  qconn *b = conn_arg(env, eng, argv[1]);
+  if (a == NULL || b == NULL) return boolean(env, 0);
+  int ok = bridge_set(a, b, (int)get_num(env, argv[2], 0), (uint64_t)get_num(env, argv[3], 0), (uint64_t)get_num(env, argv[4], 0)) == 0;
+  engine_kick(eng);
+  return boolean(env, ok);
+}
+
 static napi_value js_datagram_send(napi_env env, napi_callback_info info) {
   qengine *eng = engine_of(env);
   napi_value argv[2];
@@ -858,6 +871,7 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
   SET("polls", eng->c_polls);
   SET("timers", eng->nheap);
   SET("busyNs", (double)eng->busy_ns);
+  SET("bridgedStreams", (double)eng->c_bridged_streams);
   /* The process's malloc heap in use (glibc): leak checks compare it after equal work. */
   struct mallinfo2 mi = mallinfo2();
   SET("mallocInUse", (double)(mi.uordblks + mi.hblkhd));
@@ -908,6 +922,7 @@ NAPI_MODULE_INIT() {
       {"streamReset", NULL, js_stream_reset, NULL, NULL, NULL, napi_default, NULL},
       {"streamStop", NULL, js_stream_stop, NULL, NULL, NULL, napi_default, NULL},
       {"splice", NULL, js_splice, NULL, NULL, NULL, napi_default, NULL},
+      {"streamBridge", NULL, js_stream_bridge, NULL, NULL, NULL, napi_default, NULL},
       {"datagramSend", NULL, js_datagram_send, NULL, NULL, NULL, napi_default, NULL},
       {"datagramBridge", NULL, js_datagram_bridge, NULL, NULL, NULL, napi_default, NULL},
       {"datagramMap", NULL, js_datagram_map, NULL, NULL, NULL, napi_default, NULL},

@@ -95,6 +95,7 @@ static int stream_open_cb(ngtcp2_conn *conn, int64_t stream_id, void *ud) {
   qstream *s = stream_new(c, stream_id);
   if (s == NULL) return NGTCP2_ERR_CALLBACK_FAILURE;
   ngtcp2_conn_set_stream_user_data(conn, stream_id, s);
+  if (bridge_on_open(s)) return 0;
   engine_emit(c->eng, EV_STREAM_OPENED, c->id, stream_id, 0, 0, NULL, 0);
   return 0;
 }
@@ -144,6 +145,7 @@ static int extend_bidi_cb(ngtcp2_conn *conn, uint64_t max_streams, void *ud) {
   (void)conn;
   (void)max_streams;
   qconn *c = ud;
+  bridge_on_credit(c);
   if (c->streams_blocked_bidi) {
     c->streams_blocked_bidi = 0;
     if (c->established) streams_available(c);
@@ -155,6 +157,7 @@ static int extend_uni_cb(ngtcp2_conn *conn, uint64_t max_streams, void *ud) {
   (void)conn;
   (void)max_streams;
   qconn *c = ud;
+  bridge_on_credit(c);
   if (c->streams_blocked_uni) {
     c->streams_blocked_uni = 0;
     if (c->established) streams_available(c);
@@ -170,8 +173,8 @@ static int recv_stateless_reset_cb(ngtcp2_conn *conn, const ngtcp2_pkt_stateless
   return 0;
 }
 
-/* Reads a QUIC varint; returns its length or 0. */
-static size_t varint(const uint8_t *b, size_t len, uint64_t *v) {
+/* Reads a QUIC varint (RFC 9000 §16); returns its length or 0 (also bridge.c's stream headers). */
+size_t q_varint_get(const uint8_t *b, size_t len, uint64_t *v) {
   if (len == 0) return 0;
   size_t n = (size_t)1 << (b[0] >> 6);
   if (n > len) return 0;
@@ -181,7 +184,7 @@ static size_t varint(const uint8_t *b, size_t len, uint64_t *v) {
   return n;
 }
 
-static size_t put_varint(uint8_t *b, uint64_t v) {
+size_t q_varint_put(uint8_t *b, uint64_t v) {
   if (v < 64) {
     b[0] = (uint8_t)v;
     return 1;
@@ -214,7 +217,7 @@ static int recv_datagram_cb(ngtcp2_conn *conn, uint32_t flags, const uint8_t *da
     if (c->dgram_mode == 2) {
       /* HTTP/3 datagram: a quarter stream id (RFC 9297 §2.1) names the session on this leg. */
       uint64_t q;
-      size_t n = varint(data, len, &q);
+      size_t n = q_varint_get(data, len, &q);
       if (n == 0) {
         c->dgram_unmapped++;
         return 0;
@@ -230,7 +233,7 @@ static int recv_datagram_cb(ngtcp2_conn *conn, uint32_t flags, const uint8_t *da
         c->dgram_dropped++;
         return 0;
       }
-      size_t h = put_varint(buf, c->dgram_map_to[i]);
+      size_t h = q_varint_put(buf, c->dgram_map_to[i]);
       memcpy(buf + h, data + n, len - n);
       if (conn_dgram_queue(p, buf, h + len - n) == 0) c->bridged_bytes += len;
       else c->dgram_dropped++;
@@ -368,6 +371,9 @@ static qconn *conn_alloc(qendpoint *ep, int server, qcred *cr, const qtransport 
   cr->refs++;
   ep->refs++;
   qmap_init(&c->streams);
+  qmap_init(&c->bridge_ahead);
+  c->next_local[0] = server ? 1 : 0;
+  c->next_local[1] = server ? 3 : 2;
   c->id = engine_new_id(ep->eng);
   qmap_put_u64(&ep->eng->conns, c->id, c);
   ep->eng->live_conns++;
@@ -384,6 +390,7 @@ static void conn_abort_new(qconn *c) {
   if (c->session != NULL) gnutls_deinit(c->session);
   free(c->sni);
   qmap_free(&c->streams);
+  qmap_free(&c->bridge_ahead);
   qmap_del_u64(&eng->conns, c->id);
   cred_unref(eng, c->cred);
   ep_unref(c->ep);
@@ -666,6 +673,7 @@ void conn_reap(qengine *eng) {
     if (c->session != NULL) gnutls_deinit(c->session);
     free(c->sni);
     qmap_free(&c->streams);
+  qmap_free(&c->bridge_ahead);
     free(c->close_pkt);
     cred_unref(eng, c->cred);
     ep_unref(c->ep);

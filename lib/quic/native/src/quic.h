@@ -161,6 +161,11 @@ struct qstream {
   int splice_reported;
   int ng_closed;           /* ngtcp2 called stream_close */
   int stop_seen;           /* the peer's STOP_SENDING was applied */
+  /* native bridge (bridge.c): a peer stream the addon pairs itself, unknown to TypeScript */
+  int bstate;              /* BSTATE_*: 0 TypeScript's (or spliced), 1 header awaited, 2 waiting for credit */
+  size_t bhdr;             /* WebTransport: header bytes to drop when spliced (the partner gets its own) */
+  qstream *bnext;          /* the connection's queue of streams waiting for the partner leg's credit */
+  int auto_bridged;        /* spliced by the bridge: SPLICE_DONE is not reported */
 };
 
 /* ---- connections (conn.c) ---- */
@@ -236,6 +241,15 @@ struct qconn {
   qconn *next_later, *next_later2;
   qconn *next_dead;
   qconn *next_blocked;
+  /* native stream bridge (bridge.c) */
+  uint32_t sbridge_peer;   /* conn id whose streams pair with ours (0: none) */
+  int sbridge_mode;        /* BRIDGE_OFF, BRIDGE_RAW, BRIDGE_WT */
+  uint64_t sbridge_session; /* WebTransport: the session id on this leg */
+  int sbridge_blocked;     /* a partner open on this connection failed for lack of credit */
+  int64_t next_local[2];   /* the next stream id we open: [bidi, uni] */
+  qstream *bq_head, *bq_tail; /* our peer's streams waiting for the partner leg's stream credit */
+  qmap bridge_ahead;       /* raw: our peer's stream id -> twin opened ahead on the partner (reordering) */
+  uint64_t bridged_streams; /* streams our peer opened that the bridge spliced */
   /* stats */
   uint64_t rx_bytes, tx_bytes, rx_pkts, tx_pkts;
 };
@@ -407,6 +421,7 @@ struct qengine {
   int shutting_down;
   /* live object counts (leak checks) */
   int64_t live_conns, live_streams, live_pending, live_chunks_bytes, live_dgrams, live_endpoints, live_creds;
+  uint64_t c_bridged_streams; /* streams the native bridge paired (bridge.c) */
 };
 
 /* engine.c */
@@ -473,6 +488,8 @@ void conn_arm_timer(qconn *c);
 void conn_on_timer(qconn *c);
 int conn_dgram_queue(qconn *c, const uint8_t *data, size_t len);
 qstream *conn_find_stream(qconn *c, int64_t id);
+size_t q_varint_get(const uint8_t *b, size_t len, uint64_t *v);
+size_t q_varint_put(uint8_t *b, uint64_t v);
 
 /* frames.c */
 extern qconn *frames_current;
@@ -506,5 +523,17 @@ void stream_stop_sending(qstream *s, uint64_t code);
 int stream_splice(qstream *a, qstream *b);
 void stream_conn_gone(qstream *s);
 void stream_maybe_free(qstream *s);
+void stream_credit(qstream *s, uint64_t n);
+int stream_open_local(qconn *c, int bidi, qstream **out);
+
+/* bridge.c */
+enum { BRIDGE_OFF = 0, BRIDGE_RAW = 1, BRIDGE_WT = 2 };
+enum { BSTATE_NONE = 0, BSTATE_HEADER = 1, BSTATE_WAITING = 2 };
+int bridge_set(qconn *a, qconn *b, int mode, uint64_t session_a, uint64_t session_b);
+int bridge_on_open(qstream *s);
+void bridge_on_data(qstream *s);
+void bridge_on_signal(qstream *s);
+void bridge_on_credit(qconn *c);
+void bridge_forget(qstream *s);
 
 #endif

@@ -232,9 +232,39 @@ static void credit(qstream *s, uint64_t n) {
   engine_mark_dirty(c->eng, c);
 }
 
+void stream_credit(qstream *s, uint64_t n) {
+  credit(s, n);
+}
+
+/* Opens a stream of ours on c: 0 (*out set), -1 the peer's limit is reached (flagged, so its
+   next grant is reported), -2 failure. */
+int stream_open_local(qconn *c, int bidi, qstream **out) {
+  if (c->state != CSTATE_OPEN || c->conn == NULL) return -2;
+  int64_t id;
+  int rv = bidi ? ngtcp2_conn_open_bidi_stream(c->conn, &id, NULL) : ngtcp2_conn_open_uni_stream(c->conn, &id, NULL);
+  if (rv == NGTCP2_ERR_STREAM_ID_BLOCKED) {
+    if (bidi) c->streams_blocked_bidi = 1;
+    else c->streams_blocked_uni = 1;
+    c->sbridge_blocked = 1;
+    return -1;
+  }
+  if (rv != 0) return -2;
+  c->next_local[bidi ? 0 : 1] = id + 4;
+  qstream *s = stream_new(c, id);
+  if (s == NULL) {
+    ngtcp2_conn_shutdown_stream(c->conn, id, 0);
+    return -2;
+  }
+  ngtcp2_conn_set_stream_user_data(c->conn, id, s);
+  *out = s;
+  return 0;
+}
+
 static void report_splice_done(qstream *s) {
   if (s->splice_reported) return;
   s->splice_reported = 1;
+  /* The bridge's own splices are TypeScript's business only as counts (connStats). */
+  if (s->auto_bridged) return;
   qconn *c = s->conn;
   /* Reported on the stream's own connection; TypeScript matches it to the splice it made. */
   engine_emit(c->eng, EV_SPLICE_DONE, c->id, s->id, (double)s->spliced_in, (double)s->spliced_credit, NULL, 0);
@@ -243,6 +273,7 @@ static void report_splice_done(qstream *s) {
 void stream_free(qstream *s) {
   qconn *c = s->conn;
   stream_dequeue(s);
+  bridge_forget(s);
   if (s->peer != NULL) {
     qstream *p = s->peer;
     p->peer = NULL;
@@ -266,7 +297,7 @@ void stream_maybe_free(qstream *s) {
   if (s->mode == SMODE_JS && (s->rx.acked < s->rx.end || (s->rx_fin && !s->rx_fin_read && !s->rx_closed && !s->rx_reset))) return;
   qconn *c = s->conn;
   int64_t id = s->id;
-  int js = s->mode == SMODE_JS;
+  int js = s->mode == SMODE_JS && s->bstate == BSTATE_NONE;
   stream_free(s);
   if (js) engine_emit(c->eng, EV_STREAM_CLOSED, c->id, id, 0, 0, NULL, 0);
 }
@@ -319,6 +350,11 @@ int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) 
   }
   if (len > 0 && chain_append(&s->rx, data, len, eng) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
   if (fin) s->rx_fin = 1;
+  if (s->bstate != BSTATE_NONE) {
+    /* Held by the bridge (bridge.c): not TypeScript's unless the bridge hands it over. */
+    bridge_on_data(s);
+    return 0;
+  }
   if (!s->rx_notified && (len > 0 || fin)) {
     s->rx_notified = 1;
     engine_emit(eng, EV_STREAM_READABLE, s->conn->id, s->id, (double)(s->rx.end - s->rx.acked), fin, NULL, 0);
@@ -356,10 +392,11 @@ void stream_on_reset(qstream *s, uint64_t code) {
     if (s->peer != NULL) queue_reset(s->peer, code);
     return;
   }
+  bridge_on_signal(s);
   /* Bytes not yet read are abandoned with the stream (RFC 9000 §3.2: "reset recvd"). */
-  uint64_t unread = s->rx.end - s->rx.acked;
   chain_free(&s->rx, s->conn->eng);
-  (void)unread;
+  /* One waiting for a partner passes the reset on when spliced (stream_splice). */
+  if (s->bstate != BSTATE_NONE) return;
   engine_emit(s->conn->eng, EV_STREAM_RESET, s->conn->id, s->id, (double)code, 0, NULL, 0);
 }
 
@@ -372,6 +409,8 @@ void stream_on_stop(qstream *s, uint64_t code) {
     if (s->peer != NULL) queue_stop(s->peer, code);
     return;
   }
+  bridge_on_signal(s);
+  if (s->bstate != BSTATE_NONE) return;
   engine_emit(s->conn->eng, EV_STREAM_STOP, s->conn->id, s->id, (double)code, 0, NULL, 0);
 }
 
