@@ -18,7 +18,10 @@ import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
 import { startTls } from './tls-wiring.ts'
 import { startPeers } from './peers-wiring.ts'
 import { startTunnel, type RunningTunnel } from './tunnels.ts'
-import { FrontDoor } from '../lib/front-door/listener.ts'
+import { FrontDoor } from '../lib/front-door/front-door.ts'
+import { FrontDoorListener, type FrontDoorOptions } from '../lib/front-door/listener.ts'
+import { createClientErrorHandler } from '../lib/front-door/http-errors.ts'
+import { requestIdOf } from '../lib/http-forward/headers.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
 import { TrustedProxies } from '../lib/http-forward/trusted-proxies.ts'
@@ -42,6 +45,23 @@ export interface RouterDeps {
   readonly kubeConfig?: KubeConfig
   /** Discovery restart backoff; tests shorten it. */
   readonly discoveryBackoff?: { readonly baseMs: number, readonly maxMs: number }
+  /**
+   * Internal, for the benchmarks only until the hand-wired front door is deleted (issue 17):
+   * 'node' wires the listener straight to the forwarder, as before Fastify.
+   */
+  readonly frontDoorImplementation?: 'fastify' | 'node'
+}
+
+/** The hand-wired front door (before issue 17), with the same surface as FrontDoor. */
+class NodeFrontDoor {
+  readonly listener: FrontDoorListener
+  constructor (options: Omit<FrontDoorOptions, 'onHttpRequest'>, forwarder: HttpForwarder, logger: Logger) {
+    this.listener = new FrontDoorListener({ ...options, onHttpRequest: (req, res) => { forwarder.handle(req, res, requestIdOf(req.headers['x-request-id']), logger) } })
+    this.listener.http1Server.on('clientError', createClientErrorHandler(options.limits?.maxHeaderListSize ?? FrontDoorListener.DEFAULT_LIMITS.maxHeaderListSize, logger))
+  }
+
+  listen (): Promise<AddressInfo> { return this.listener.listen() }
+  close (deadlineMs: number, onDeadline?: () => void): Promise<void> { return this.listener.close(deadlineMs, onDeadline) }
 }
 
 export interface RunningRouter {
@@ -192,9 +212,8 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     maxPendingPerPod: config.httpUpstreamMaxConnections + config.httpUpstreamMaxQueue,
     trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,
-    logger,
   })
-  const frontDoor = new FrontDoor({
+  const frontDoorOptions = {
     host: config.listenAddr.host,
     port: config.listenAddr.port,
     logger,
@@ -205,7 +224,6 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
       },
       registerInferenceServer: (stream, headers, rawHeaders) => { registrations.handle(stream, headers, rawHeaders) },
     }),
-    onHttpRequest: (req, res) => { httpForwarder.handle(req, res) },
     tls: tls.frontDoor,
     limits: { maxConcurrentStreams: config.http2MaxConcurrentStreams, maxHeaderListSize: config.http2MaxHeaderListBytes },
     onRapidReset: () => { metrics.http2RapidResetCloses.inc() },
@@ -219,9 +237,12 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     },
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('front_door', reason).inc() },
     onTimedOut: (reason) => { metrics.limits.connectionsTimedOut.labels(reason).inc() },
-    onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
-  })
-  tls.attach(frontDoor, upstreamPool, httpPods)
+    onConnectionCount: (count: number) => { metrics.limits.frontDoorConnections.set(count) },
+  } satisfies Omit<FrontDoorOptions, 'onHttpRequest'>
+  const frontDoor = deps.frontDoorImplementation === 'node'
+    ? new NodeFrontDoor(frontDoorOptions, httpForwarder, logger)
+    : new FrontDoor({ ...frontDoorOptions, http: httpForwarder })
+  tls.attach(frontDoor.listener, upstreamPool, httpPods)
   const health = new HealthServer({
     host: config.healthListenAddr.host,
     port: config.healthListenAddr.port,

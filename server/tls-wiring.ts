@@ -9,7 +9,7 @@ import { TlsMaterialManager } from '../lib/tls/manager.ts'
 import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-context-consumer.ts'
 import { peerChainOf, verifiesAgainst } from '../lib/tls/client-cert.ts'
 import type { TlsState } from '../lib/tls/types.ts'
-import type { FrontDoor, FrontDoorTls } from '../lib/front-door/listener.ts'
+import type { FrontDoorListener, FrontDoorTls } from '../lib/front-door/listener.ts'
 import type { UpstreamPool, UpstreamTls } from '../lib/control-plane/upstream-pool.ts'
 import type { HttpPods } from '../lib/http-forward/pods.ts'
 import type { RouterMetrics } from '../lib/metrics/metrics.ts'
@@ -25,7 +25,7 @@ export interface RouterTls {
   /** Upstream TLS for dialers when --upstream-tls; null dials cleartext. */
   readonly upstream: (() => UpstreamTls) | null
   /** Hooks the front door and the upstream pool to reloads once they exist. */
-  attach (frontDoor: FrontDoor, pool: UpstreamPool, httpPods: HttpPods): void
+  attach (frontDoor: FrontDoorListener, pool: UpstreamPool, httpPods: HttpPods): void
 }
 
 /** The trust bundle for dialing pods: --upstream-tls-cert-path, else the router's certificate. */
@@ -74,7 +74,7 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
     manager,
     frontDoor,
     upstream,
-    attach (door: FrontDoor, pool: UpstreamPool, httpPods: HttpPods): void {
+    attach (door: FrontDoorListener, pool: UpstreamPool, httpPods: HttpPods): void {
       if (frontDoor !== null) {
         manager.addConsumer(secureContextConsumer({
           name: 'front-door',

@@ -26,9 +26,8 @@ import http2, {
   type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2'
 import { isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
-import { grpcError, type GrpcError } from '../control-plane/errors.ts'
-import { HTTP_ERRORS, errorBody, type HttpErrorCode } from '../http-forward/errors.ts'
-import { fillMessage } from '../error-catalogue.ts'
+import { HTTP_ERRORS } from '../http-forward/errors.ts'
+import { headersTooLargeAnswers, type HeadersTooLarge } from './http-errors.ts'
 import { DEFAULT_RAPID_RESET, RapidResetGuard, type RapidResetGuardOptions } from './http2-guard.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
@@ -103,7 +102,7 @@ function ignoreStreamError (): void {
 }
 
 const kTracked = Symbol('tracked')
-type Tagged<T> = T & { [kTracked]?: { door: FrontDoor, connection: TrackedConnection } }
+type Tagged<T> = T & { [kTracked]?: { door: FrontDoorListener, connection: TrackedConnection } }
 
 /** HTTP/1.1 response done (finished or aborted): the connection may go idle. */
 function onH1ResponseClose (this: Tagged<ServerResponse>): void {
@@ -124,7 +123,8 @@ function destroySocket (socket: Socket): void {
   if (!socket.destroyed) socket.destroy()
 }
 
-export class FrontDoor {
+export class FrontDoorListener {
+  static readonly DEFAULT_LIMITS: Http2Limits = DEFAULT_LIMITS
   readonly #options: FrontDoorOptions
   readonly #outer: net.Server | tls.Server
   readonly #h2: http2.Http2Server
@@ -136,14 +136,13 @@ export class FrontDoor {
   #attaching: Socket | null = null
   readonly #maxHeaderListSize: number
   /** Answers to an oversized header list, built once per listener (the limit is fixed). */
-  readonly #headersTooLarge: { readonly grpc: GrpcError, readonly body: Buffer, readonly h1: string }
-  readonly #h1BadRequest: string
+  readonly #headersTooLarge: HeadersTooLarge
   #closing: Promise<void> | null = null
   /** Every accepted TCP socket (under TLS too), until it closes: what the cap counts. */
   readonly #raw = new Set<Socket>()
   readonly #deadlines: ConnectionDeadlines
   readonly #tracked = new WeakMap<Socket, TrackedConnection>()
-  readonly #tags = new WeakMap<TrackedConnection, { door: FrontDoor, connection: TrackedConnection }>()
+  readonly #tags = new WeakMap<TrackedConnection, { door: FrontDoorListener, connection: TrackedConnection }>()
   #draining = false
   /** While closing: called as sockets close, to resolve once none is left. */
   #onRawClosed: (() => void) | null = null
@@ -152,10 +151,7 @@ export class FrontDoor {
     this.#options = options
     const limits = options.limits ?? DEFAULT_LIMITS
     this.#maxHeaderListSize = limits.maxHeaderListSize
-    const tooLarge = { max_bytes: limits.maxHeaderListSize }
-    const tooLargeBody = errorBody('headers_too_large', fillMessage(HTTP_ERRORS.headers_too_large.message, tooLarge))
-    this.#headersTooLarge = { grpc: grpcError('headers_too_large', tooLarge), body: tooLargeBody, h1: h1ErrorResponse('headers_too_large', '431 Request Header Fields Too Large', tooLargeBody) }
-    this.#h1BadRequest = h1ErrorResponse('bad_request', '400 Bad Request', errorBody('bad_request', HTTP_ERRORS.bad_request.message))
+    this.#headersTooLarge = headersTooLargeAnswers(limits.maxHeaderListSize)
     this.#guard = new RapidResetGuard({
       ...(options.rapidReset ?? DEFAULT_RAPID_RESET),
       onTrip: (session, resets, opened) => {
@@ -197,14 +193,8 @@ export class FrontDoor {
     // Without this listener Node answers 100 Continue before the request is routed; the HTTP
     // handler sends it once the request may go ahead (refused ones never upload their body).
     this.#h1.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { this.#onH1Request(req, res) })
-    this.#h1.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-      if (socket.writable && !socket.destroyed) {
-        socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? this.#headersTooLarge.h1 : this.#h1BadRequest)
-      } else {
-        socket.destroy()
-      }
-      options.logger.debug({ err: err.code ?? err.message }, 'front door http/1.1 client error')
-    })
+    // Its 'clientError' (a head the parser gave up on) is answered by the owner of the HTTP
+    // handling: Fastify's clientErrorHandler (front-door.ts, http-errors.ts).
     if (options.tls === null) {
       this.#outer = net.createServer({ noDelay: true }, (socket) => { this.#classify(socket) })
     } else {
@@ -246,6 +236,11 @@ export class FrontDoor {
         resolve(this.#outer.address() as AddressInfo)
       })
     })
+  }
+
+  /** The HTTP/1.1 server the listener feeds (Fastify's serverFactory returns it). */
+  get http1Server (): http.Server {
+    return this.#h1
   }
 
   address (): AddressInfo | null {
@@ -362,7 +357,7 @@ export class FrontDoor {
   }
 
   /** One tag per connection, shared by its requests and streams (no allocation per request). */
-  #tagOf (connection: TrackedConnection): { door: FrontDoor, connection: TrackedConnection } {
+  #tagOf (connection: TrackedConnection): { door: FrontDoorListener, connection: TrackedConnection } {
     let tag = this.#tags.get(connection)
     if (tag === undefined) {
       tag = { door: this, connection }
@@ -495,9 +490,4 @@ export class FrontDoor {
     const res = new Http2ServerResponse(stream)
     this.#options.onHttpRequest(req, res)
   }
-}
-
-/** A complete HTTP/1.1 error response for a connection the parser gave up on (it then closes). */
-function h1ErrorResponse (code: HttpErrorCode, statusLine: string, body: Buffer): string {
-  return `HTTP/1.1 ${statusLine}\r\ncontent-type: application/json\r\nx-stargate-error-code: ${code}\r\nconnection: close\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`
 }
