@@ -9,9 +9,9 @@
  *                                   createErrorHandler (Fastify's setErrorHandler)
  *   the forwarder                   its own refusals and upstream failures (forwarder.ts)
  *
- * Fastify's own refusals that today's clients never saw (a content type it cannot parse, a
- * path with bad percent-encoding) are not errors of the router: those requests are forwarded
- * as before, and the pod decides.
+ * Fastify's own refusals that today's clients never saw are not errors of the router: a path
+ * with bad percent-encoding is forwarded as before (front-door.ts, frameworkErrors), and the pod
+ * decides; no body is parsed, so no content type is refused.
  */
 import { STATUS_CODES } from 'node:http'
 import type { Socket } from 'node:net'
@@ -54,17 +54,12 @@ export function createClientErrorHandler (maxHeaderListSize: number, logger: Log
 export type ForwardRequest = (request: FastifyRequest, reply: FastifyReply) => void
 
 /**
- * Fastify's error handler. A media type Fastify cannot parse (FST_ERR_CTP_INVALID_MEDIA_TYPE, a
- * 415 of Fastify's) is forwarded: the router never parses bodies. A client error Fastify raises
- * (4xx) is bad_request; anything else is a fault of the router: internal_error, logged at error
- * with the request's logger (its id; lib/log.ts redacts secrets).
+ * Fastify's error handler. A client error Fastify raises (4xx) is bad_request; anything else is
+ * a fault of the router: internal_error, logged at error with the request's logger (its id;
+ * lib/log.ts redacts secrets).
  */
-export function createErrorHandler (forward: ForwardRequest): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+export function createErrorHandler (): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
   return function onFrontDoorError (error, request, reply) {
-    if (error.code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') {
-      forward(request, reply)
-      return
-    }
     const status = error.statusCode ?? 500
     const code: StaticHttpErrorCode = status >= 400 && status < 500 ? 'bad_request' : 'internal_error'
     if (code === 'internal_error') request.log.error({ err: error.message, code: error.code }, 'front door request failed')

@@ -83,7 +83,7 @@ t.test('a Host naming a ready pod without an http port is 503 target_unavailable
   t.same(res.json(), body('target_unavailable'))
 })
 
-t.test('a media type Fastify cannot parse is not a 415: the body is never parsed, the limit still applies', async (t) => {
+t.test('a body is never parsed: a media type Fastify cannot parse is no 415, the body limit still applies', async (t) => {
   const { door } = build(t, [target('stargate-0', 8000)])
   const res = await door.app.inject({ method: 'POST', url: '/v1/completions', headers: { 'content-type': 'not a media type', 'content-length': '4096' }, payload: 'x'.repeat(4096) })
   t.equal(res.statusCode, 413)
