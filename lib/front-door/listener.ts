@@ -28,7 +28,8 @@ import http2, {
 import { isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
 import { HTTP_ERRORS } from '../http-forward/errors.ts'
 import { headersTooLargeAnswers, type HeadersTooLarge } from './http-errors.ts'
-import { DEFAULT_RAPID_RESET, RapidResetGuard, type RapidResetGuardOptions } from './http2-guard.ts'
+import type { RapidResetGuardOptions } from './http2-guard.ts'
+import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits } from '../http2-server.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
 
@@ -42,10 +43,7 @@ export interface FrontDoorTls {
   readonly requireClientCert: boolean
 }
 
-export interface Http2Limits {
-  readonly maxConcurrentStreams: number
-  readonly maxHeaderListSize: number
-}
+export type { Http2Limits }
 
 export interface ConnectionLimits extends ConnectionTimeouts {
   /** Open TCP connections beyond which new ones are closed at accept. */
@@ -88,13 +86,6 @@ export const STATUS_FLUSH_MS = 200
 const GOAWAY_GRACE_MS = 1000
 const HEADERS_TIMEOUT_RESPONSE = 'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n'
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')
-const DEFAULT_LIMITS: Http2Limits = { maxConcurrentStreams: 1000, maxHeaderListSize: 16 * 1024 }
-
-function headerListSize (raw: readonly string[]): number {
-  let size = 0
-  for (let i = 0; i < raw.length; i++) size += (raw[i] as string).length
-  return size + 16 * raw.length // 32 bytes of overhead per field, two entries per field
-}
 
 function ignoreStreamError (): void {
   // Stream errors (client resets, broken sockets) are reported by the handlers that own the
@@ -124,17 +115,16 @@ function destroySocket (socket: Socket): void {
 }
 
 export class FrontDoorListener {
-  static readonly DEFAULT_LIMITS: Http2Limits = DEFAULT_LIMITS
+  static readonly DEFAULT_LIMITS: Http2Limits = DEFAULT_HTTP2_LIMITS
   readonly #options: FrontDoorOptions
   readonly #outer: net.Server | tls.Server
   readonly #h2: http2.Http2Server
   readonly #h1: http.Server
-  readonly #guard: RapidResetGuard
+  readonly #guard: Http2StreamGuard
   readonly #sessions = new Set<ServerHttp2Session>()
   readonly #tlsSockets = new Set<TLSSocket>()
   readonly #sessionBySocket = new WeakMap<Socket, ServerHttp2Session>()
   #attaching: Socket | null = null
-  readonly #maxHeaderListSize: number
   /** Answers to an oversized header list, built once per listener (the limit is fixed). */
   readonly #headersTooLarge: HeadersTooLarge
   #closing: Promise<void> | null = null
@@ -149,27 +139,17 @@ export class FrontDoorListener {
 
   constructor (options: FrontDoorOptions) {
     this.#options = options
-    const limits = options.limits ?? DEFAULT_LIMITS
-    this.#maxHeaderListSize = limits.maxHeaderListSize
+    const limits = options.limits ?? DEFAULT_HTTP2_LIMITS
     this.#headersTooLarge = headersTooLargeAnswers(limits.maxHeaderListSize)
-    this.#guard = new RapidResetGuard({
-      ...(options.rapidReset ?? DEFAULT_RAPID_RESET),
-      onTrip: (session, resets, opened) => {
+    this.#guard = new Http2StreamGuard({
+      maxHeaderListSize: limits.maxHeaderListSize,
+      ...(options.rapidReset === undefined ? {} : { rapidReset: options.rapidReset }),
+      onRapidReset: (session, resets, opened) => {
         options.onRapidReset?.()
         options.logger.warn({ resets, opened, remote: session.socket?.remoteAddress }, 'closing http2 connection: rapid stream resets (GOAWAY ENHANCE_YOUR_CALM)')
       },
     })
-    this.#h2 = http2.createServer({
-      settings: { maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderListSize, enablePush: false },
-      maxHeaderListPairs: 256,
-      maxSessionInvalidFrames: 100,
-      maxSessionRejectedStreams: 100,
-      maxSettings: 32,
-      maxOutstandingPings: 10,
-      // Registration streams are long-lived and many per session; Node's 10 MB default
-      // session memory would refuse streams under load.
-      maxSessionMemory: 64,
-    })
+    this.#h2 = http2.createServer(hardenedHttp2Options(limits))
     const connections = options.connections ?? DEFAULT_CONNECTION_LIMITS
     this.#deadlines = new ConnectionDeadlines({ timeouts: connections, onExpired: (connection, reason) => { this.#onExpired(connection, reason) } })
     this.#h2.on('session', (session) => {
@@ -461,8 +441,8 @@ export class FrontDoorListener {
 
   #onStream (session: ServerHttp2Session, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: string[]): void {
     stream.on('error', ignoreStreamError)
-    this.#guard.onStream(session, stream)
-    if (stream.destroyed) return // reset by the client before we saw it
+    const admission = this.#guard.admit(session, stream, rawHeaders)
+    if (admission === 'reset') return // reset by the client before we saw it
     const tag = (session as Tagged<ServerHttp2Session>)[kTracked]
     if (tag !== undefined) {
       this.#deadlines.streamOpened(tag.connection)
@@ -470,8 +450,8 @@ export class FrontDoorListener {
       stream.once('close', onH2StreamClose)
     }
     const grpc = isGrpcContentType(headers['content-type'])
-    // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but does not enforce it; RFC 7541 §4.1 size.
-    if (headerListSize(rawHeaders) > this.#maxHeaderListSize) {
+    // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but does not enforce it (http2-server.ts).
+    if (admission === 'headers_too_large') {
       const answer = this.#headersTooLarge
       if (grpc) respondWithStatus(stream, answer.grpc.status, answer.grpc.message)
       else {
