@@ -153,9 +153,7 @@ async function main (): Promise<void> {
   }
   let router
   try {
-    // BENCH_FRONT_DOOR=node: the hand-wired front door, for bench/ to compare until it is deleted.
-    const frontDoorImplementation = process.env.BENCH_FRONT_DOOR === 'node' ? 'node' : 'fastify'
-    router = await startRouter(config, { logger, frontDoorImplementation, ...(kubeConfig === undefined ? {} : { kubeConfig }) })
+    router = await startRouter(config, { logger, ...(kubeConfig === undefined ? {} : { kubeConfig }) })
   } catch (err) {
     const e = err as NodeJS.ErrnoException
     const code = e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL' ? 'cannot_listen' : 'start_failed'

@@ -19,9 +19,6 @@ import { startTls } from './tls-wiring.ts'
 import { startPeers } from './peers-wiring.ts'
 import { startTunnel, type RunningTunnel } from './tunnels.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
-import { FrontDoorListener, type FrontDoorOptions } from '../lib/front-door/listener.ts'
-import { createClientErrorHandler } from '../lib/front-door/http-errors.ts'
-import { requestIdOf } from '../lib/http-forward/headers.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
 import { TrustedProxies } from '../lib/http-forward/trusted-proxies.ts'
@@ -45,23 +42,6 @@ export interface RouterDeps {
   readonly kubeConfig?: KubeConfig
   /** Discovery restart backoff; tests shorten it. */
   readonly discoveryBackoff?: { readonly baseMs: number, readonly maxMs: number }
-  /**
-   * Internal, for the benchmarks only until the hand-wired front door is deleted (issue 17):
-   * 'node' wires the listener straight to the forwarder, as before Fastify.
-   */
-  readonly frontDoorImplementation?: 'fastify' | 'node'
-}
-
-/** The hand-wired front door (before issue 17), with the same surface as FrontDoor. */
-class NodeFrontDoor {
-  readonly listener: FrontDoorListener
-  constructor (options: Omit<FrontDoorOptions, 'onHttpRequest'>, forwarder: HttpForwarder, logger: Logger) {
-    this.listener = new FrontDoorListener({ ...options, onHttpRequest: (req, res) => { forwarder.handle(req, res, requestIdOf(req.headers['x-request-id']), logger) } })
-    this.listener.http1Server.on('clientError', createClientErrorHandler(options.limits?.maxHeaderListSize ?? FrontDoorListener.DEFAULT_LIMITS.maxHeaderListSize, logger))
-  }
-
-  listen (): Promise<AddressInfo> { return this.listener.listen() }
-  close (deadlineMs: number, onDeadline?: () => void): Promise<void> { return this.listener.close(deadlineMs, onDeadline) }
 }
 
 export interface RunningRouter {
@@ -213,7 +193,8 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,
   })
-  const frontDoorOptions = {
+  const frontDoor = new FrontDoor({
+    http: httpForwarder,
     host: config.listenAddr.host,
     port: config.listenAddr.port,
     logger,
@@ -237,11 +218,8 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     },
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('front_door', reason).inc() },
     onTimedOut: (reason) => { metrics.limits.connectionsTimedOut.labels(reason).inc() },
-    onConnectionCount: (count: number) => { metrics.limits.frontDoorConnections.set(count) },
-  } satisfies Omit<FrontDoorOptions, 'onHttpRequest'>
-  const frontDoor = deps.frontDoorImplementation === 'node'
-    ? new NodeFrontDoor(frontDoorOptions, httpForwarder, logger)
-    : new FrontDoor({ ...frontDoorOptions, http: httpForwarder })
+    onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
+  })
   tls.attach(frontDoor.listener, upstreamPool, httpPods)
   const health = new HealthServer({
     host: config.healthListenAddr.host,

@@ -7,7 +7,6 @@
  *   client ──▶ nginx (http2 listener, grpc_pass, 1 worker) ──▶ Stargate
  *   client ──▶ plain node:http2 proxy (_naive-proxy.ts) ──▶ Stargate    node:http2's floor
  *   client ──▶ router (server/main.ts, --discovery file) ──▶ Stargate
- *   client ──▶ router, hand-wired front door (BENCH_FRONT_DOOR=node) ──▶ Stargate   issue 17
  *
  * (a) Latency: one registration stream per path, grpc-js client (raw bytes, so no protobuf
  *     encode in the client) and grpc-js Stargate; one message, wait for its ack, repeat.
@@ -26,8 +25,7 @@
  *     streams open minus VmRSS before they connected), which includes each stream's upstream.
  *
  * Targets (issue 3): added median latency ≤ 20 µs; ≥ 1.2 × nginx round trips/s at ≤ 6 µs CPU
- * per round trip; ≤ 150 KiB RSS per stream. The p99 of (a) is reported, not targeted. Issue 17:
- * the router (front door on Fastify) at most 1.1 × the CPU per round trip of the hand-wired one.
+ * per round trip; ≤ 150 KiB RSS per stream. The p99 of (a) is reported, not targeted.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import * as grpc from '@grpc/grpc-js'
@@ -67,9 +65,9 @@ const nginx = await startNginx(`
   }`, { workerConnections: 4 * SCALE_STREAMS + 1000 })
 const naive = spawnNode(join(ROOT, 'bench/control-plane/_naive-proxy.ts'), [String(stargatePort)])
 const naivePort = (await naive.next<{ port: number }>((v) => typeof v.port === 'number')).port
-const targetsFile = writeTargetsFile(dir, [{ identity: 'stargate-0', address: '127.0.0.1', grpcPort: stargatePort }])
-const router = await startRouter({ targetsFile })
-const routerNode = await startRouter({ targetsFile, env: { BENCH_FRONT_DOOR: 'node' } })
+const router = await startRouter({
+  targetsFile: writeTargetsFile(dir, [{ identity: 'stargate-0', address: '127.0.0.1', grpcPort: stargatePort }]),
+})
 const AUTHORITY = `stargate-0.stargate.external:${router.frontDoorPort}`
 const MESSAGE = registrationMessage('pylon-bench-0')
 report.info('message', `InferenceServerRegistration of ${MESSAGE.length - 5} B (one model with stats); the ack is ${'stargate-0.stargate.external:50072'.length + 2} B`)
@@ -85,7 +83,6 @@ const DIRECT: Path = { name: 'direct to the Stargate (baseline)', port: stargate
 const NGINX: Path = { name: 'nginx grpc_pass', port: nginx.port, authority: `127.0.0.1:${nginx.port}`, pids: () => nginx.pids() }
 const NAIVE: Path = { name: 'plain node:http2 proxy', port: naivePort, authority: `127.0.0.1:${naivePort}`, pids: () => [naive.pid] }
 const ROUTER: Path = { name: 'router', port: router.frontDoorPort, authority: AUTHORITY, pids: () => [router.pid] }
-const ROUTER_NODE: Path = { name: 'router, hand-wired front door (before issue 17)', port: routerNode.frontDoorPort, authority: `stargate-0.stargate.external:${routerNode.frontDoorPort}`, pids: () => [routerNode.pid] }
 
 // --- (a) ping-pong latency over one stream, grpc-js on both ends -------------------------
 
@@ -125,7 +122,7 @@ class PingPong {
 
 {
   const payload = MESSAGE.subarray(5)
-  const paths = [DIRECT, NGINX, NAIVE, ROUTER, ROUTER_NODE]
+  const paths = [DIRECT, NGINX, NAIVE, ROUTER]
   const streams = paths.map((p) => new PingPong(p))
   for (let i = 0; i < 1000; i++) for (const s of streams) await s.roundTrip(payload)
   const rounds: number[][][] = paths.map(() => [])
@@ -159,9 +156,7 @@ class PingPong {
   const N = `one stream, added to a round trip: ${NGINX.name}`
   report.add({ name: N, stats: summarizeRounds(added[1] as number[][], 0.2), unit: 'µs', note: 'per pair: the proxied round trip minus the direct one taken next to it' })
   report.add({ name: `one stream, added to a round trip: ${NAIVE.name}`, stats: summarizeRounds(added[2] as number[][], 0.2), unit: 'µs', baseline: N })
-  const RN = `one stream, added to a round trip: ${ROUTER_NODE.name}`
-  report.add({ name: RN, stats: summarizeRounds(added[4] as number[][], 0.2), unit: 'µs', baseline: N })
-  report.add({ name: `one stream, added to a round trip: ${ROUTER.name}`, stats: summarizeRounds(added[3] as number[][], 0.2), unit: 'µs', baseline: [N, RN], target: 20 })
+  report.add({ name: `one stream, added to a round trip: ${ROUTER.name}`, stats: summarizeRounds(added[3] as number[][], 0.2), unit: 'µs', baseline: N, target: 20 })
 }
 
 // --- (b) 50 streams ping-ponging ---------------------------------------------------------
@@ -217,7 +212,7 @@ function closeSession (session: ClientHttp2Session): Promise<void> {
 }
 
 for (const connections of LAYOUTS) {
-  const paths = [DIRECT, NGINX, NAIVE, ROUTER, ROUTER_NODE]
+  const paths = [DIRECT, NGINX, NAIVE, ROUTER]
   const cpuPerRoundTrip = new Map<Path, number[]>(paths.map((p) => [p, []]))
   const stargatePerRoundTrip = new Map<Path, number[]>(paths.map((p) => [p, []]))
   const runner = (path: Path): () => Promise<number> => {
@@ -233,7 +228,7 @@ for (const connections of LAYOUTS) {
       return run.roundTrips / run.seconds
     }
   }
-  const rates = await measureEach({ direct: runner(DIRECT), nginx: runner(NGINX), naive: runner(NAIVE), router: runner(ROUTER), routerNode: runner(ROUTER_NODE) },
+  const rates = await measureEach({ direct: runner(DIRECT), nginx: runner(NGINX), naive: runner(NAIVE), router: runner(ROUTER) },
     { samplesPerRound: 1, minRounds: 3, maxRounds: QUICK ? 1 : 4, maxSpread: 0.1, warmupMs: 0, maxTimeMs: 20 * 60_000 })
   const layout = `${LOAD_STREAMS} streams on ${connections === 1 ? 'one connection' : `${connections} connections`}`
   const targeted = connections === 1
@@ -244,13 +239,11 @@ for (const connections of LAYOUTS) {
   report.add({ name: D, stats: rates.direct, unit: '/s', note: stargateNote(DIRECT) })
   report.add({ name: N, stats: rates.nginx, unit: '/s', baseline: D, note: stargateNote(NGINX) })
   report.add({ name: `${layout}: ${NAIVE.name}`, stats: rates.naive, unit: '/s', baseline: [D, N], note: stargateNote(NAIVE) })
-  const RN = `${layout}: ${ROUTER_NODE.name}`
-  report.add({ name: RN, stats: rates.routerNode, unit: '/s', baseline: [D, N], note: stargateNote(ROUTER_NODE) })
   report.add({
     name: `${layout}: ${ROUTER.name}`,
     stats: rates.router,
     unit: '/s',
-    baseline: [D, N, RN],
+    baseline: [D, N],
     ...(targeted ? { target: 1.2 * rates.nginx.median } : {}),
     note: `${targeted ? 'target: 1.2 × nginx in this run; ' : ''}${stargateNote(ROUTER)}`,
   })
@@ -258,14 +251,7 @@ for (const connections of LAYOUTS) {
   const NC = `${layout}, CPU per round trip: ${NGINX.name}`
   report.add({ name: NC, stats: cpu(NGINX), unit: 'µs' })
   report.add({ name: `${layout}, CPU per round trip: ${NAIVE.name}`, stats: cpu(NAIVE), unit: 'µs', baseline: NC })
-  const RNC = `${layout}, CPU per round trip: ${ROUTER_NODE.name}`
-  report.add({ name: RNC, stats: cpu(ROUTER_NODE), unit: 'µs', baseline: NC })
-  report.add({ name: `${layout}, CPU per round trip: ${ROUTER.name}`, stats: cpu(ROUTER), unit: 'µs', baseline: [NC, RNC], ...(targeted ? { target: 6 } : {}) })
-  // Issue 17: at most 10 % more CPU per round trip than the hand-wired front door, same run.
-  const fastifyCpu = cpuPerRoundTrip.get(ROUTER) ?? []
-  const nodeCpu = cpuPerRoundTrip.get(ROUTER_NODE) ?? []
-  const ratio = median(fastifyCpu) / median(nodeCpu)
-  report.info(`${layout}, front door on Fastify vs hand-wired, CPU per round trip`, `${ratio.toFixed(3)} × (medians; per round ${fastifyCpu.map((v, i) => (v / (nodeCpu[i] as number)).toFixed(3)).join(', ')}); target ≤ 1.10 × ${ratio <= 1.1 ? 'met' : 'MISSED'}`)
+  report.add({ name: `${layout}, CPU per round trip: ${ROUTER.name}`, stats: cpu(ROUTER), unit: 'µs', baseline: NC, ...(targeted ? { target: 6 } : {}) })
 }
 
 // --- (c) 5,000 streams, one message a second each -----------------------------------------

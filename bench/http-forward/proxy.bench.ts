@@ -7,7 +7,6 @@
  *   wrk ──▶ plain undici Pool proxy (_undici-proxy.ts)  ──▶ upstream
  *   wrk ──▶ @fastify/http-proxy (_fastify-proxy.ts)      ──▶ upstream
  *   wrk ──▶ router (server/main.ts, --discovery file)     ──▶ upstream
- *   wrk ──▶ router, hand-wired front door (BENCH_FRONT_DOOR=node) ──▶ upstream
  *
  * The load: wrk with a Lua script POSTing 1 KiB of JSON, HTTP/1.1 keep-alive, 64 connections,
  * 10 s per run (BENCH_HTTP_SECONDS, BENCH_HTTP_CONNECTIONS, BENCH_WRK_THREADS). The upstream
@@ -25,8 +24,7 @@
  * its token's delay minus the direct token's of the same tick.
  *
  * Targets (issue 7): router ≤ 35 µs CPU per request and at least 2 × the requests/s of
- * @fastify/http-proxy; SSE added delay per token, median ≤ 1 ms. Issue 17: the front door on
- * Fastify costs at most 1.1 × the CPU per request of the hand-wired one, in the same run.
+ * @fastify/http-proxy; SSE added delay per token, median ≤ 1 ms.
  */
 import http from 'node:http'
 import { writeFileSync } from 'node:fs'
@@ -69,9 +67,9 @@ const nginx = await startNginx(`
       proxy_buffering off;
     }
   }`)
-const targetsFile = writeTargetsFile(dir, [{ identity: 'stargate-0', address: '127.0.0.1', grpcPort: 9, httpPort: upstreamPort }])
-const router = await startRouter({ targetsFile })
-const routerNode = await startRouter({ targetsFile, env: { BENCH_FRONT_DOOR: 'node' } })
+const router = await startRouter({
+  targetsFile: writeTargetsFile(dir, [{ identity: 'stargate-0', address: '127.0.0.1', grpcPort: 9, httpPort: upstreamPort }]),
+})
 const undiciPort = await port(undiciProxy)
 const fastifyPort = await port(fastifyProxy)
 
@@ -124,14 +122,12 @@ const NGINX = 'nginx proxy_pass, 1 worker, upstream keepalive'
 const UNDICI = 'plain undici Pool proxy'
 const FASTIFY = '@fastify/http-proxy'
 const ROUTER = 'router'
-const ROUTER_NODE = 'router, hand-wired front door (before issue 17)'
 const paths = {
   direct: path(DIRECT, upstreamPort, () => []),
   nginx: path(NGINX, nginx.port, () => nginx.pids()),
   undici: path(UNDICI, undiciPort, () => [undiciProxy.pid]),
   fastify: path(FASTIFY, fastifyPort, () => [fastifyProxy.pid]),
   router: path(ROUTER, router.frontDoorPort, () => [router.pid]),
-  routerNode: path(ROUTER_NODE, routerNode.frontDoorPort, () => [routerNode.pid]),
 }
 
 function runner (p: Path): () => Promise<number> {
@@ -161,7 +157,6 @@ const rates = await measureEach({
   undici: runner(paths.undici),
   fastify: runner(paths.fastify),
   router: runner(paths.router),
-  routerNode: runner(paths.routerNode),
 }, { samplesPerRound: 1, minRounds: 3, maxRounds: QUICK ? 1 : 5, maxSpread: 0.1, warmupMs: 0, maxTimeMs: 30 * 60_000 })
 
 /** One value per run (a round), in ns, with the spread of the last three runs. */
@@ -177,16 +172,15 @@ report.add({ name: `${NGINX}: requests/s`, stats: rates.nginx, unit: '/s', basel
 report.add({ name: `${UNDICI}: requests/s`, stats: rates.undici, unit: '/s', baseline: `${NGINX}: requests/s`, note: upstreamNote(paths.undici) + errorNote(paths.undici) })
 report.add({ name: `${FASTIFY}: requests/s`, stats: rates.fastify, unit: '/s', baseline: `${NGINX}: requests/s`, note: upstreamNote(paths.fastify) + errorNote(paths.fastify) })
 const fastifyMedian = rates.fastify.median
-report.add({ name: `${ROUTER_NODE}: requests/s`, stats: rates.routerNode, unit: '/s', baseline: `${NGINX}: requests/s`, note: upstreamNote(paths.routerNode) + errorNote(paths.routerNode) })
 report.add({
   name: `${ROUTER}: requests/s`,
   stats: rates.router,
   unit: '/s',
-  baseline: [`${NGINX}: requests/s`, `${FASTIFY}: requests/s`, `${ROUTER_NODE}: requests/s`],
+  baseline: [`${NGINX}: requests/s`, `${FASTIFY}: requests/s`],
   target: 2 * fastifyMedian,
   note: `target: 2 × @fastify/http-proxy in this run; ${upstreamNote(paths.router)}${errorNote(paths.router)}`,
 })
-const cpuRows = [paths.nginx, paths.undici, paths.fastify, paths.routerNode]
+const cpuRows = [paths.nginx, paths.undici, paths.fastify]
 for (const p of cpuRows) {
   report.add({ name: `${p.name}: CPU per request`, stats: cpuStats(p), unit: 'µs', ...(p === paths.nginx ? {} : { baseline: `${NGINX}: CPU per request` }) })
 }
@@ -194,16 +188,9 @@ report.add({
   name: `${ROUTER}: CPU per request`,
   stats: cpuStats(paths.router),
   unit: 'µs',
-  baseline: [`${NGINX}: CPU per request`, `${FASTIFY}: CPU per request`, `${ROUTER_NODE}: CPU per request`],
+  baseline: [`${NGINX}: CPU per request`, `${FASTIFY}: CPU per request`],
   target: 35,
 })
-{
-  // Issue 17: the Fastify front door may cost at most 10 % more CPU per request than the
-  // hand-wired one. Rounds run the two back to back, so each round's ratio pairs like with like.
-  const paired = paths.router.cpuPerRequestUs.map((us, i) => us / (paths.routerNode.cpuPerRequestUs[i] as number))
-  const ratio = median(paths.router.cpuPerRequestUs) / median(paths.routerNode.cpuPerRequestUs)
-  report.info('front door on Fastify vs hand-wired, CPU per request', `${ratio.toFixed(3)} × (medians; per round ${paired.map((r) => r.toFixed(3)).join(', ')}); target ≤ 1.10 × ${ratio <= 1.1 ? 'met' : 'MISSED'}`)
-}
 
 function median (values: readonly number[]): number {
   const sorted = [...values].sort((a, b) => a - b)

@@ -9,7 +9,10 @@
  *
  * HTTP/2 streams with a gRPC content type go to the gRPC handler at the stream level (full
  * duplex, trailers); every other request, HTTP/1.1 or h2, goes to the HTTP handler as a Node
- * request/response pair. HTTP/2 limits and a rapid-reset guard apply to every session.
+ * request/response pair: Fastify's, which front-door.ts gives the listener through its
+ * serverFactory (Fastify never listens; this class accepts and closes every connection). The
+ * HTTP/2 server and the per-stream checks (rapid reset, header list size) are the router's one
+ * hardened setup (lib/http2-server.ts).
  *
  * Limits (SPEC §12, issue 14): a cap on open connections (closed at accept beyond it), a TLS
  * handshake timeout, and the header, keep-alive and HTTP/2 idle timeouts of
