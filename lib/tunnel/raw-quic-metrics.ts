@@ -58,7 +58,7 @@ export interface EngineIo {
   readonly recvCalls: number
   readonly txDatagrams: number
   readonly rxDatagrams: number
-  /** Nanoseconds inside the engine's libuv callbacks, JavaScript excluded. */
+  /** Thread CPU nanoseconds inside the engine's libuv callbacks, JavaScript excluded (sampled estimate). */
   readonly busyNs: number
 }
 
@@ -78,7 +78,7 @@ export interface RawQuicMetrics {
   readonly quicHandshakeFailures: Counter<'reason'>
   readonly quicEngineSyscalls: Counter<'call'>
   readonly quicEngineDatagrams: Counter<'direction'>
-  readonly quicEngineBusySeconds: Counter
+  readonly quicEngineCpuSeconds: Counter
   /** Where the engine's I/O counters are read at scrape time. */
   setEngineSource (source: () => EngineIo): void
   /** Where quic_relayed_bytes_total reads its (monotonic) totals at scrape time. */
@@ -182,9 +182,9 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
         advance(this, { direction: 'rx' }, 'rxDatagrams', now.rxDatagrams)
       },
     }),
-    quicEngineBusySeconds: new Counter({
-      name: PREFIX + 'quic_engine_busy_seconds_total',
-      help: 'Time the QUIC engine spent in its native event-loop callbacks (packet I/O, ngtcp2, TLS, native splice and datagram bridge), JavaScript excluded (wall time, not CPU time: it can exceed the process CPU)',
+    quicEngineCpuSeconds: new Counter({
+      name: PREFIX + 'quic_engine_cpu_seconds_total',
+      help: 'CPU time of the QUIC engine in its native event-loop callbacks (packet I/O and its syscalls, ngtcp2, TLS, native splice and datagram bridge), JavaScript excluded: the thread CPU clock read around a random 1 in 16 of the callbacks, scaled up (an estimate; over a bulk transfer within a few per cent)',
       registers,
       collect () {
         if (engineIo === null) return
