@@ -18,7 +18,7 @@ import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
 import { startTls } from './tls-wiring.ts'
 import { startPeers } from './peers-wiring.ts'
 import { startTunnel, type RunningTunnel } from './tunnels.ts'
-import { FrontDoor } from '../lib/front-door/listener.ts'
+import { FrontDoor } from '../lib/front-door/front-door.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
 import { TrustedProxies } from '../lib/http-forward/trusted-proxies.ts'
@@ -193,9 +193,9 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     maxPendingPerPod: config.httpUpstreamMaxConnections + config.httpUpstreamMaxQueue,
     trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,
-    logger,
   })
   const frontDoor = new FrontDoor({
+    http: httpForwarder,
     host: config.listenAddr.host,
     port: config.listenAddr.port,
     logger,
@@ -206,7 +206,6 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
       },
       registerInferenceServer: (stream, headers, rawHeaders) => { registrations.handle(stream, headers, rawHeaders) },
     }),
-    onHttpRequest: (req, res) => { httpForwarder.handle(req, res) },
     tls: tls.frontDoor,
     limits: { maxConcurrentStreams: config.http2MaxConcurrentStreams, maxHeaderListSize: config.http2MaxHeaderListBytes },
     onRapidReset: () => { metrics.http2RapidResetCloses.inc() },
@@ -222,7 +221,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     onTimedOut: (reason) => { metrics.limits.connectionsTimedOut.labels(reason).inc() },
     onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
   })
-  tls.attach(frontDoor, upstreamPool, httpPods)
+  tls.attach(frontDoor.listener, upstreamPool, httpPods)
   const health = new HealthServer({
     host: config.healthListenAddr.host,
     port: config.healthListenAddr.port,

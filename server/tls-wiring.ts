@@ -10,7 +10,7 @@ import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-c
 import { peerChainOf } from '../lib/tls/client-cert.ts'
 import { TRUST_CHANGE_GRACE_MS, untrustedConnections, upstreamTrustFor, type UpstreamTrustFlags } from '../lib/tls/trust-policy.ts'
 import { followUpstreamTrust, upstreamSecureContext } from '../lib/tls/upstream-trust-consumer.ts'
-import type { FrontDoor, FrontDoorTls } from '../lib/front-door/listener.ts'
+import type { FrontDoorListener, FrontDoorTls } from '../lib/front-door/listener.ts'
 import type { UpstreamPool, UpstreamTls } from '../lib/control-plane/upstream-pool.ts'
 import type { HttpPods } from '../lib/http-forward/pods.ts'
 import type { RouterMetrics } from '../lib/metrics/metrics.ts'
@@ -25,7 +25,7 @@ export interface RouterTls {
   /** Upstream TLS for HTTP forwarding when --upstream-tls; null dials cleartext. */
   readonly httpForward: (() => UpstreamTls) | null
   /** Hooks the front door, the upstream pool and the HTTP pods to reloads once they exist. */
-  attach (frontDoor: FrontDoor, pool: UpstreamPool, httpPods: HttpPods): void
+  attach (frontDoor: FrontDoorListener, pool: UpstreamPool, httpPods: HttpPods): void
 }
 
 /** The trust-policy flags of a configuration. */
@@ -91,7 +91,7 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
     frontDoor,
     registration,
     httpForward,
-    attach (door: FrontDoor, upstreamPool: UpstreamPool, httpPods: HttpPods): void {
+    attach (door: FrontDoorListener, upstreamPool: UpstreamPool, httpPods: HttpPods): void {
       pool = upstreamPool
       pods = httpPods
       if (frontDoor !== null) {

@@ -9,7 +9,10 @@
  *
  * HTTP/2 streams with a gRPC content type go to the gRPC handler at the stream level (full
  * duplex, trailers); every other request, HTTP/1.1 or h2, goes to the HTTP handler as a Node
- * request/response pair. HTTP/2 limits and a rapid-reset guard apply to every session.
+ * request/response pair: Fastify's, which front-door.ts gives the listener through its
+ * serverFactory (Fastify never listens; this class accepts and closes every connection). The
+ * HTTP/2 server and the per-stream checks (rapid reset, header list size) are the router's one
+ * hardened setup (lib/http2-server.ts).
  *
  * Limits (SPEC §12, issue 14): a cap on open connections (closed at accept beyond it), a TLS
  * handshake timeout, and the header, keep-alive and HTTP/2 idle timeouts of
@@ -26,10 +29,10 @@ import http2, {
   type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2'
 import { isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
-import { grpcError, type GrpcError } from '../control-plane/errors.ts'
-import { HTTP_ERRORS, errorBody, type HttpErrorCode } from '../http-forward/errors.ts'
-import { fillMessage } from '../error-catalogue.ts'
-import { DEFAULT_RAPID_RESET, RapidResetGuard, type RapidResetGuardOptions } from './http2-guard.ts'
+import { HTTP_ERRORS } from '../http-forward/errors.ts'
+import { headersTooLargeAnswers, type HeadersTooLarge } from './http-errors.ts'
+import type { RapidResetGuardOptions } from './http2-guard.ts'
+import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits } from '../http2-server.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
 
@@ -43,10 +46,7 @@ export interface FrontDoorTls {
   readonly requireClientCert: boolean
 }
 
-export interface Http2Limits {
-  readonly maxConcurrentStreams: number
-  readonly maxHeaderListSize: number
-}
+export type { Http2Limits }
 
 export interface ConnectionLimits extends ConnectionTimeouts {
   /** Open TCP connections beyond which new ones are closed at accept. */
@@ -89,13 +89,6 @@ export const STATUS_FLUSH_MS = 200
 const GOAWAY_GRACE_MS = 1000
 const HEADERS_TIMEOUT_RESPONSE = 'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n'
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')
-const DEFAULT_LIMITS: Http2Limits = { maxConcurrentStreams: 1000, maxHeaderListSize: 16 * 1024 }
-
-function headerListSize (raw: readonly string[]): number {
-  let size = 0
-  for (let i = 0; i < raw.length; i++) size += (raw[i] as string).length
-  return size + 16 * raw.length // 32 bytes of overhead per field, two entries per field
-}
 
 function ignoreStreamError (): void {
   // Stream errors (client resets, broken sockets) are reported by the handlers that own the
@@ -103,7 +96,7 @@ function ignoreStreamError (): void {
 }
 
 const kTracked = Symbol('tracked')
-type Tagged<T> = T & { [kTracked]?: { door: FrontDoor, connection: TrackedConnection } }
+type Tagged<T> = T & { [kTracked]?: { door: FrontDoorListener, connection: TrackedConnection } }
 
 /** HTTP/1.1 response done (finished or aborted): the connection may go idle. */
 function onH1ResponseClose (this: Tagged<ServerResponse>): void {
@@ -124,56 +117,42 @@ function destroySocket (socket: Socket): void {
   if (!socket.destroyed) socket.destroy()
 }
 
-export class FrontDoor {
+export class FrontDoorListener {
+  static readonly DEFAULT_LIMITS: Http2Limits = DEFAULT_HTTP2_LIMITS
   readonly #options: FrontDoorOptions
   readonly #outer: net.Server | tls.Server
   readonly #h2: http2.Http2Server
   readonly #h1: http.Server
-  readonly #guard: RapidResetGuard
+  readonly #guard: Http2StreamGuard
   readonly #sessions = new Set<ServerHttp2Session>()
   readonly #tlsSockets = new Set<TLSSocket>()
   readonly #sessionBySocket = new WeakMap<Socket, ServerHttp2Session>()
   #attaching: Socket | null = null
-  readonly #maxHeaderListSize: number
   /** Answers to an oversized header list, built once per listener (the limit is fixed). */
-  readonly #headersTooLarge: { readonly grpc: GrpcError, readonly body: Buffer, readonly h1: string }
-  readonly #h1BadRequest: string
+  readonly #headersTooLarge: HeadersTooLarge
   #closing: Promise<void> | null = null
   /** Every accepted TCP socket (under TLS too), until it closes: what the cap counts. */
   readonly #raw = new Set<Socket>()
   readonly #deadlines: ConnectionDeadlines
   readonly #tracked = new WeakMap<Socket, TrackedConnection>()
-  readonly #tags = new WeakMap<TrackedConnection, { door: FrontDoor, connection: TrackedConnection }>()
+  readonly #tags = new WeakMap<TrackedConnection, { door: FrontDoorListener, connection: TrackedConnection }>()
   #draining = false
   /** While closing: called as sockets close, to resolve once none is left. */
   #onRawClosed: (() => void) | null = null
 
   constructor (options: FrontDoorOptions) {
     this.#options = options
-    const limits = options.limits ?? DEFAULT_LIMITS
-    this.#maxHeaderListSize = limits.maxHeaderListSize
-    const tooLarge = { max_bytes: limits.maxHeaderListSize }
-    const tooLargeBody = errorBody('headers_too_large', fillMessage(HTTP_ERRORS.headers_too_large.message, tooLarge))
-    this.#headersTooLarge = { grpc: grpcError('headers_too_large', tooLarge), body: tooLargeBody, h1: h1ErrorResponse('headers_too_large', '431 Request Header Fields Too Large', tooLargeBody) }
-    this.#h1BadRequest = h1ErrorResponse('bad_request', '400 Bad Request', errorBody('bad_request', HTTP_ERRORS.bad_request.message))
-    this.#guard = new RapidResetGuard({
-      ...(options.rapidReset ?? DEFAULT_RAPID_RESET),
-      onTrip: (session, resets, opened) => {
+    const limits = options.limits ?? DEFAULT_HTTP2_LIMITS
+    this.#headersTooLarge = headersTooLargeAnswers(limits.maxHeaderListSize)
+    this.#guard = new Http2StreamGuard({
+      maxHeaderListSize: limits.maxHeaderListSize,
+      ...(options.rapidReset === undefined ? {} : { rapidReset: options.rapidReset }),
+      onRapidReset: (session, resets, opened) => {
         options.onRapidReset?.()
         options.logger.warn({ resets, opened, remote: session.socket?.remoteAddress }, 'closing http2 connection: rapid stream resets (GOAWAY ENHANCE_YOUR_CALM)')
       },
     })
-    this.#h2 = http2.createServer({
-      settings: { maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderListSize, enablePush: false },
-      maxHeaderListPairs: 256,
-      maxSessionInvalidFrames: 100,
-      maxSessionRejectedStreams: 100,
-      maxSettings: 32,
-      maxOutstandingPings: 10,
-      // Registration streams are long-lived and many per session; Node's 10 MB default
-      // session memory would refuse streams under load.
-      maxSessionMemory: 64,
-    })
+    this.#h2 = http2.createServer(hardenedHttp2Options(limits))
     const connections = options.connections ?? DEFAULT_CONNECTION_LIMITS
     this.#deadlines = new ConnectionDeadlines({ timeouts: connections, onExpired: (connection, reason) => { this.#onExpired(connection, reason) } })
     this.#h2.on('session', (session) => {
@@ -197,14 +176,8 @@ export class FrontDoor {
     // Without this listener Node answers 100 Continue before the request is routed; the HTTP
     // handler sends it once the request may go ahead (refused ones never upload their body).
     this.#h1.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { this.#onH1Request(req, res) })
-    this.#h1.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => {
-      if (socket.writable && !socket.destroyed) {
-        socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? this.#headersTooLarge.h1 : this.#h1BadRequest)
-      } else {
-        socket.destroy()
-      }
-      options.logger.debug({ err: err.code ?? err.message }, 'front door http/1.1 client error')
-    })
+    // Its 'clientError' (a head the parser gave up on) is answered by the owner of the HTTP
+    // handling: Fastify's clientErrorHandler (front-door.ts, http-errors.ts).
     if (options.tls === null) {
       this.#outer = net.createServer({ noDelay: true }, (socket) => { this.#classify(socket) })
     } else {
@@ -246,6 +219,11 @@ export class FrontDoor {
         resolve(this.#outer.address() as AddressInfo)
       })
     })
+  }
+
+  /** The HTTP/1.1 server the listener feeds (Fastify's serverFactory returns it). */
+  get http1Server (): http.Server {
+    return this.#h1
   }
 
   address (): AddressInfo | null {
@@ -362,7 +340,7 @@ export class FrontDoor {
   }
 
   /** One tag per connection, shared by its requests and streams (no allocation per request). */
-  #tagOf (connection: TrackedConnection): { door: FrontDoor, connection: TrackedConnection } {
+  #tagOf (connection: TrackedConnection): { door: FrontDoorListener, connection: TrackedConnection } {
     let tag = this.#tags.get(connection)
     if (tag === undefined) {
       tag = { door: this, connection }
@@ -466,8 +444,8 @@ export class FrontDoor {
 
   #onStream (session: ServerHttp2Session, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: string[]): void {
     stream.on('error', ignoreStreamError)
-    this.#guard.onStream(session, stream)
-    if (stream.destroyed) return // reset by the client before we saw it
+    const admission = this.#guard.admit(session, stream, rawHeaders)
+    if (admission === 'reset') return // reset by the client before we saw it
     const tag = (session as Tagged<ServerHttp2Session>)[kTracked]
     if (tag !== undefined) {
       this.#deadlines.streamOpened(tag.connection)
@@ -475,8 +453,8 @@ export class FrontDoor {
       stream.once('close', onH2StreamClose)
     }
     const grpc = isGrpcContentType(headers['content-type'])
-    // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but does not enforce it; RFC 7541 §4.1 size.
-    if (headerListSize(rawHeaders) > this.#maxHeaderListSize) {
+    // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but does not enforce it (http2-server.ts).
+    if (admission === 'headers_too_large') {
       const answer = this.#headersTooLarge
       if (grpc) respondWithStatus(stream, answer.grpc.status, answer.grpc.message)
       else {
@@ -495,9 +473,4 @@ export class FrontDoor {
     const res = new Http2ServerResponse(stream)
     this.#options.onHttpRequest(req, res)
   }
-}
-
-/** A complete HTTP/1.1 error response for a connection the parser gave up on (it then closes). */
-function h1ErrorResponse (code: HttpErrorCode, statusLine: string, body: Buffer): string {
-  return `HTTP/1.1 ${statusLine}\r\ncontent-type: application/json\r\nx-stargate-error-code: ${code}\r\nconnection: close\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`
 }

@@ -2,7 +2,7 @@
  * The errors an LLM client can get from the router on the HTTP port (SPEC §6): one table with
  * the wire code, HTTP status and message. The body is `{ error: { code, message } }` and the
  * code is also in `x-stargate-error-code`, so clients and dashboards need not parse bodies.
- * The forwarder (forwarder.ts) and the front door (lib/front-door/listener.ts) send them; the
+ * The forwarder (forwarder.ts) and the front door (lib/front-door/http-errors.ts) send them; the
  * table is indexed with the other areas' in lib/errors.ts and documented in docs/errors.md.
  */
 import { catalogueRows, type CatalogueArea, type ErrorDoc, type IsStatic } from '../error-catalogue.ts'
@@ -80,6 +80,13 @@ export const HTTP_ERRORS = {
     message: 'the request body stopped arriving for longer than the router waits',
     meaning: 'the client stopped sending its request body for longer than --http-idle-timeout-ms',
     action: 'check the client\'s network; keep the body flowing',
+  },
+  // The front door on Fastify (issue 17)
+  internal_error: {
+    status: 500,
+    message: 'the router failed to handle the request',
+    meaning: 'an unexpected error inside the router while it handled the request, before anything was forwarded (the router logs `front door request failed` at error with the request id)',
+    action: 'report it with the router\'s error log line; retrying is safe, the request did not reach a pod',
   },
 } as const satisfies Record<string, ErrorDoc & { readonly status: number, readonly message: string }>
 

@@ -22,7 +22,6 @@
  * Each request is one Exchange object, which is also the undici dispatch handler (undici's
  * native callback interface: no wrapper objects, no header parsing into objects).
  */
-import { randomUUID } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { constants as h2constants, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2'
 import type { TLSSocket } from 'node:tls'
@@ -32,7 +31,7 @@ import type { SnapshotReader } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
 import { ERROR_BODIES, HTTP_ERRORS, type HttpErrorCode, type StaticHttpErrorCode } from './errors.ts'
-import { downstreamResponseHeaders, isValidRequestId, upstreamRequestHeaders } from './headers.ts'
+import { downstreamResponseHeaders, upstreamRequestHeaders } from './headers.ts'
 import { resolveRequestTarget } from './request-target.ts'
 import { resolveAuthority } from '../routing/resolve.ts'
 import type { TrustedProxies } from './trusted-proxies.ts'
@@ -55,7 +54,6 @@ export interface HttpForwarderOptions {
   readonly maxPendingPerPod: number
   readonly trustedProxies: TrustedProxies
   readonly metrics: RouterMetrics
-  readonly logger: Logger
 }
 
 /** Errors that are the request's own fault, not the pod's: never retried. */
@@ -78,6 +76,8 @@ class Exchange implements Dispatcher.DispatchHandler {
   readonly req: Req
   readonly res: Res
   readonly requestId: string
+  /** The request's logger (the front door's child logger, which carries the request id). */
+  readonly log: Logger
   readonly startedAt: number
   readonly hostTargeted: boolean
   readonly headers: string[]
@@ -103,8 +103,9 @@ class Exchange implements Dispatcher.DispatchHandler {
   readonly corkable: boolean
   wroteBody = false
 
-  constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, path: string, hostTargeted: boolean, requestId: string, headers: string[], hasBody: boolean) {
+  constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, path: string, hostTargeted: boolean, requestId: string, log: Logger, headers: string[], hasBody: boolean) {
     this.forwarder = forwarder
+    this.log = log
     this.req = req
     this.res = res
     this.pod = pod
@@ -289,11 +290,13 @@ export class HttpForwarder {
     }
   }
 
-  handle (req: Req, res: Res): void {
+  /**
+   * Forwards one request. The front door gives it the request id (the client's valid
+   * x-request-id, else a new one: requestIdOf in headers.ts) and its logger.
+   */
+  handle (req: Req, res: Res, requestId: string, log: Logger): void {
     const { options } = this
     const h2 = req.httpVersionMajor === 2
-    const incomingId = req.headers['x-request-id']
-    const requestId = typeof incomingId === 'string' && isValidRequestId(incomingId) ? incomingId : randomUUID()
     const target = resolveRequestTarget(h2, req.url ?? '/', req.headers.host, h2 ? (req as Http2ServerRequest).authority : undefined)
     if (!target.ok) { this.#reject(req, res, 'host_mismatch', requestId); return }
     const host = target.host
@@ -334,7 +337,7 @@ export class HttpForwarder {
       requestId,
       trusted: options.trustedProxies.trusts(socket?.remoteAddress),
     })
-    const exchange = new Exchange(this, req, res, pod, target.path, hostTargeted, requestId, headers, hasBody)
+    const exchange = new Exchange(this, req, res, pod, target.path, hostTargeted, requestId, log, headers, hasBody)
     const tagged = res as Res & { [kExchange]?: Exchange }
     tagged[kExchange] = exchange
     ;(req as Req & { [kExchange]?: Exchange })[kExchange] = exchange
@@ -370,26 +373,26 @@ export class HttpForwarder {
       if (next !== null && next.inflight < this.options.maxPendingPerPod) {
         exchange.attempt = 2
         exchange.pod = next
-        this.options.logger.debug({ requestId: exchange.requestId, err: code, from: pod?.target.identity, to: next.target.identity }, 'retrying request on another pod after a connect failure')
+        exchange.log.debug({ err: code, from: pod?.target.identity, to: next.target.identity }, 'retrying request on another pod after a connect failure')
         this.#dispatch(exchange)
         return
       }
     }
     if (exchange.responded) {
       // The response had started: the only honest signal left is to cut the connection.
-      this.options.logger.warn({ requestId: exchange.requestId, err: code || err.message, pod: pod?.target.identity }, 'upstream failed mid-response')
+      exchange.log.warn({ err: code || err.message, pod: pod?.target.identity }, 'upstream failed mid-response')
       ;(exchange.res as ServerResponse).destroy()
       this.finish(exchange, 'upstream_error')
       return
     }
     const timeout = code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT'
-    this.options.logger.warn({ requestId: exchange.requestId, err: code || err.message, pod: pod?.target.identity, attempt: exchange.attempt }, 'upstream request failed')
+    exchange.log.warn({ err: code || err.message, pod: pod?.target.identity, attempt: exchange.attempt }, 'upstream request failed')
     this.fail(exchange, timeout ? 'upstream_timeout' : isInvalidResponse(err, code) ? 'upstream_invalid_response' : code === 'UND_ERR_INVALID_ARG' ? 'bad_request' : 'upstream_error')
   }
 
   /** The pod's response head could not be written to the client: 502 and abort upstream. */
   invalidResponse (exchange: Exchange, err: Error & { code?: string }): void {
-    this.options.logger.warn({ requestId: exchange.requestId, err: err.code ?? err.message, pod: exchange.pod?.target.identity }, 'stargate target sent an invalid response')
+    exchange.log.warn({ err: err.code ?? err.message, pod: exchange.pod?.target.identity }, 'stargate target sent an invalid response')
     const res = exchange.res as ServerResponse
     // writeHead may have stored some of the pod's fields before it threw.
     if (!res.headersSent) for (const name of res.getHeaderNames()) res.removeHeader(name)
@@ -420,15 +423,20 @@ export class HttpForwarder {
     metrics.httpRequestsInFlight.dec()
     metrics.httpRequests.labels(outcome, statusClass(exchange.status === 0 ? 499 : exchange.status)).inc()
     metrics.httpRequestDuration.observe((performance.now() - exchange.startedAt) / 1000)
-    if (outcome !== 'forwarded' && this.options.logger.isLevelEnabled('debug')) {
-      this.options.logger.debug({ requestId: exchange.requestId, outcome, status: exchange.status }, 'http request finished')
+    if (outcome !== 'forwarded' && exchange.log.isLevelEnabled('debug')) {
+      exchange.log.debug({ outcome, status: exchange.status }, 'http request finished')
     }
   }
 
   #reject (req: Req, res: Res, code: StaticHttpErrorCode, requestId: string): void {
-    writeError(res, code, requestId, bodyPending(req))
+    writeErrorResponse(req, res, code, requestId)
     this.options.metrics.httpRequests.labels(code, statusClass(HTTP_ERRORS[code].status)).inc()
   }
+}
+
+/** An error response to a request that was not forwarded (the forwarder's and the front door's). */
+export function writeErrorResponse (req: Req, res: Res, code: StaticHttpErrorCode, requestId: string): void {
+  writeError(res, code, requestId, bodyPending(req))
 }
 
 /**

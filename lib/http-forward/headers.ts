@@ -10,6 +10,7 @@
  * `expect` is answered by the router itself (100 Continue), so it is not forwarded.
  */
 
+import { randomUUID } from 'node:crypto'
 import { CONNECTION_SPECIFIC_FIELDS } from '../http-fields.ts'
 
 /** The connection-specific fields and the other hop-by-hop ones of HTTP/1.1 (RFC 9110 §7.6.1). */
@@ -36,6 +37,11 @@ export function isValidRequestId (value: string): boolean {
     if (c < 0x21 || c > 0x7e) return false
   }
   return true
+}
+
+/** The request's id: the client's x-request-id when it may choose it (isValidRequestId), else a new UUID. */
+export function requestIdOf (field: string | string[] | undefined): string {
+  return typeof field === 'string' && isValidRequestId(field) ? field : randomUUID()
 }
 
 export interface ForwardedFor {

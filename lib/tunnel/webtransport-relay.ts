@@ -30,7 +30,7 @@
  */
 import type { AddressInfo } from 'node:net'
 import http2, {
-  constants, type IncomingHttpHeaders, type SecureServerOptions, type ServerHttp2Session, type ServerHttp2Stream, type Settings,
+  constants, type IncomingHttpHeaders, type SecureServerOptions, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2'
 import type { SecureContextOptions, TLSSocket } from 'node:tls'
 import type { SnapshotReader } from '../discovery/types.ts'
@@ -39,7 +39,7 @@ import type { Logger } from '../log.ts'
 import type { TrustBundle } from '../tls/types.ts'
 import { peerChainOf } from '../tls/client-cert.ts'
 import { untrustedConnections } from '../tls/trust-policy.ts'
-import { DEFAULT_RAPID_RESET, RapidResetGuard } from '../front-door/http2-guard.ts'
+import { Http2StreamGuard, hardenedHttp2Options } from '../http2-server.ts'
 import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from './webtransport-capsule.ts'
 import { WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
 import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from './webtransport-connect.ts'
@@ -107,7 +107,7 @@ function ignore (): void {
 export class WebTransportRelay {
   readonly #options: WebTransportRelayOptions
   readonly #server: http2.Http2SecureServer
-  readonly #guard: RapidResetGuard
+  readonly #guard: Http2StreamGuard
   /** Pylon connections: session requests open on each, and since when it has had none. */
   readonly #sessions = new Map<ServerHttp2Session, DownstreamConnection>()
   /** Pods whose WebTransport SETTINGS differ from what Pylons are told (warned once each). */
@@ -125,32 +125,20 @@ export class WebTransportRelay {
 
   constructor (options: WebTransportRelayOptions) {
     this.#options = options
-    this.#guard = new RapidResetGuard({
-      ...DEFAULT_RAPID_RESET,
-      onTrip: (session, resets, opened) => {
+    this.#guard = new Http2StreamGuard({
+      maxHeaderListSize: options.maxHeaderListSize,
+      onRapidReset: (session, resets, opened) => {
         options.onRapidReset?.()
         options.logger.warn({ resets, opened, remote: session.socket?.remoteAddress }, 'closing webtransport http2 connection: rapid stream resets (GOAWAY ENHANCE_YOUR_CALM)')
       },
     })
-    const settings: Settings = {
-      enableConnectProtocol: true,
-      enablePush: false,
-      maxConcurrentStreams: options.maxConcurrentStreams,
-      maxHeaderListSize: options.maxHeaderListSize,
-      customSettings: { ...(options.wtSettings ?? DEFAULT_WT_SETTINGS) },
-    }
     const serverOptions: SecureServerOptions = {
       ...options.serverTls,
+      ...hardenedHttp2Options(options, { enableConnectProtocol: true, customSettings: { ...(options.wtSettings ?? DEFAULT_WT_SETTINGS) } }),
       ALPNProtocols: ['h2'],
       requestCert: options.requireClientCert,
       rejectUnauthorized: options.requireClientCert,
-      settings,
       remoteCustomSettings: WT_SETTING_IDS,
-      maxHeaderListPairs: 256,
-      maxSessionInvalidFrames: 100,
-      maxSessionRejectedStreams: 100,
-      maxSettings: 32,
-      maxOutstandingPings: 10,
       // A client that does not negotiate h2 (ALPN) gets nothing here; Node would hold its
       // socket for 100 s by default.
       unknownProtocolTimeout: 1000,
@@ -289,9 +277,11 @@ export class WebTransportRelay {
   }
 
   #onStream (session: ServerHttp2Session, connection: DownstreamConnection, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: readonly string[]): void {
-    this.#guard.onStream(session, stream)
+    // The header list size is not checked here yet (the front door does): admit() reports it,
+    // but the relay has no rejection code for it.
+    const admission = this.#guard.admit(session, stream, rawHeaders)
     stream.on('error', ignore)
-    if (stream.destroyed || stream.closed) return
+    if (admission === 'reset') return
     if (!this.#accepting) {
       this.#reject(stream, 'shutting_down', null)
       return

@@ -1,0 +1,113 @@
+/**
+ * The front door (SPEC §2, issue 17): Fastify on the dual-protocol listener.
+ *
+ *   TCP ──▶ FrontDoorListener (listener.ts): caps, deadlines, h2c sniffing / TLS ALPN, rapid reset
+ *             ├─ HTTP/2 stream, gRPC content type ──▶ onGrpcStream (stream level, spliced)
+ *             └─ any other request (h1 or h2) ──▶ Fastify ──▶ catch-all route ──▶ forward()
+ *
+ * Fastify's serverFactory hands it the listener's HTTP/1.1 server (where Fastify installs its
+ * clientErrorHandler) and gives the listener Fastify's request handler. Fastify never listens:
+ * the listener accepts and closes connections itself (see listener.ts); listen() and close()
+ * here order the two.
+ *
+ * gRPC streams do not go through Fastify. Its router would need Node's compat request/response
+ * pair on every gRPC stream, whose listeners answer and send trailers on their own, for a
+ * dispatch that is one switch on :path (grpc-dispatch.ts); the splice itself would be the same.
+ * Registration round trips (bench control-plane/registration, docs/benchmarks.md) are therefore
+ * the same on either front door; what Fastify costs is per HTTP request (bench http-forward).
+ *
+ * Per request Fastify does: find-my-way lookup (one wildcard route), Request/Reply objects, a
+ * pino child logger carrying the request id (genReqId is the forwarder's x-request-id rule, so
+ * the id in logs is the one sent upstream and back), then the route hijacks the reply and hands
+ * the raw request and response to the forwarder, which streams them with undici. No body is
+ * parsed (every method is bodyless to Fastify). Features the front door does
+ * not use are off: request logging (a line per request), HEAD routes, 503 on closing (the
+ * listener drains itself).
+ */
+import type { AddressInfo } from 'node:net'
+import type { IncomingMessage, Server, ServerResponse } from 'node:http'
+import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
+import Fastify, { LogController, type FastifyInstance } from 'fastify'
+import { FrontDoorListener, type FrontDoorOptions } from './listener.ts'
+import { createClientErrorHandler, createErrorHandler, type ForwardRequest } from './http-errors.ts'
+import { requestIdOf } from '../http-forward/headers.ts'
+import type { Logger } from '../log.ts'
+
+/** What the front door forwards HTTP requests to (HttpForwarder). */
+export interface HttpHandler {
+  handle (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, requestId: string, log: Logger): void
+}
+
+export interface FrontDoorAppOptions extends Omit<FrontDoorOptions, 'onHttpRequest'> {
+  readonly http: HttpHandler
+}
+
+type App = FastifyInstance<Server, IncomingMessage, ServerResponse, Logger>
+
+/** The methods Fastify reads a body for by default (fastify.js kSupportedHTTPMethods.bodywith). */
+const BODY_METHODS = ['DELETE', 'OPTIONS', 'PATCH', 'PUT', 'POST', 'QUERY'] as const
+
+export class FrontDoor {
+  readonly app: App
+  readonly listener: FrontDoorListener
+  #closing: Promise<void> | null = null
+
+  constructor (options: FrontDoorAppOptions) {
+    let listener: FrontDoorListener | null = null
+    const maxHeaderListSize = options.limits?.maxHeaderListSize ?? FrontDoorListener.DEFAULT_LIMITS.maxHeaderListSize
+    const app: App = Fastify({
+      loggerInstance: options.logger,
+      serverFactory: (handler) => {
+        // Fastify's handler takes HTTP/2 compat requests as well (it serves them with http2: true).
+        listener = new FrontDoorListener({ ...options, onHttpRequest: handler as FrontDoorOptions['onHttpRequest'] })
+        return listener.http1Server
+      },
+      clientErrorHandler: createClientErrorHandler(maxHeaderListSize, options.logger),
+      genReqId: (req) => requestIdOf(req.headers['x-request-id']),
+      // No line per request (the forwarder logs failures); the id's field as the forwarder names it.
+      logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
+      exposeHeadRoutes: false,
+      return503OnClosing: false,
+      // A path find-my-way cannot decode is still forwarded as sent (the pod decides).
+      frameworkErrors: (error, request, reply) => {
+        if (error.code === 'FST_ERR_BAD_URL') forward(request, reply)
+        else onError(error, request, reply)
+      },
+    })
+    const http = options.http
+    const forward: ForwardRequest = (request, reply) => {
+      // request.log is a child of loggerInstance, a pino Logger; Fastify's types widen it.
+      http.handle(request.raw, reply.raw, request.id, request.log as Logger)
+      // After handle(): an exception in it still reaches the error handler (internal_error).
+      reply.hijack()
+    }
+    const onError = createErrorHandler()
+    // No body is parsed: every method Fastify would read a body for is declared bodyless, so the
+    // route gets the raw request stream untouched and no content-type parser runs (nor its
+    // 415 for a media type it cannot parse): a parser lookup per POST only to pass the stream
+    // on was removed after the first side-by-side run (docs/benchmarks.md, issue 17).
+    for (const method of BODY_METHODS) app.addHttpMethod(method, { hasBody: false, overrideExisting: true })
+    app.setErrorHandler(onError)
+    app.all('*', forward)
+    // What find-my-way matches no route for (an asterisk-form target, a method Fastify does not
+    // route) is forwarded too: the forwarder answers what cannot be sent upstream (bad_request).
+    app.setNotFoundHandler(forward)
+    if (listener === null) throw new Error('fastify did not call serverFactory')
+    this.app = app
+    this.listener = listener
+  }
+
+  async listen (): Promise<AddressInfo> {
+    await this.app.ready()
+    return this.listener.listen()
+  }
+
+  /** The listener's graceful close (listener.ts), then Fastify's. Idempotent. */
+  close (deadlineMs: number, onDeadline?: () => void): Promise<void> {
+    this.#closing ??= (async () => {
+      await this.listener.close(deadlineMs, onDeadline)
+      await this.app.close()
+    })()
+    return this.#closing
+  }
+}

@@ -1,0 +1,76 @@
+/**
+ * The front door's HTTP error answers (issue 17, "one error handler"): every status, code and
+ * body comes from HTTP_ERRORS (lib/http-forward/errors.ts), whichever layer refuses the request.
+ *
+ *   connection layer (listener.ts)  an oversized HTTP/2 header list: headersTooLargeAnswers
+ *   Node's HTTP/1.1 parser          a head it gave up on: createClientErrorHandler (Fastify's
+ *                                   clientErrorHandler option; Node closes the socket after it)
+ *   Fastify's request lifecycle     an error thrown or sent on the way to the forwarder:
+ *                                   createErrorHandler (Fastify's setErrorHandler)
+ *   the forwarder                   its own refusals and upstream failures (forwarder.ts)
+ *
+ * Fastify's own refusals that today's clients never saw are not errors of the router: a path
+ * with bad percent-encoding is forwarded as before (front-door.ts, frameworkErrors), and the pod
+ * decides; no body is parsed, so no content type is refused.
+ */
+import { STATUS_CODES } from 'node:http'
+import type { Socket } from 'node:net'
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
+import { HTTP_ERRORS, errorBody, type StaticHttpErrorCode } from '../http-forward/errors.ts'
+import { writeErrorResponse } from '../http-forward/forwarder.ts'
+import { grpcError, type GrpcError } from '../control-plane/errors.ts'
+import { fillMessage } from '../error-catalogue.ts'
+import type { Logger } from '../log.ts'
+
+/** What an oversized header list is answered with, per protocol; built once per listener. */
+export interface HeadersTooLarge {
+  readonly grpc: GrpcError
+  readonly body: Buffer
+  readonly h1: string
+}
+
+export function headersTooLargeAnswers (maxHeaderListSize: number): HeadersTooLarge {
+  const fields = { max_bytes: maxHeaderListSize }
+  const body = errorBody('headers_too_large', fillMessage(HTTP_ERRORS.headers_too_large.message, fields))
+  return { grpc: grpcError('headers_too_large', fields), body, h1: h1ErrorResponse('headers_too_large', body) }
+}
+
+/**
+ * Fastify's clientErrorHandler: the answer to a request head Node's HTTP/1.1 parser gave up on
+ * (HPE_HEADER_OVERFLOW: 431 naming the limit; anything else: 400). Both are complete responses
+ * with `connection: close`, written straight to the socket (there is no request object).
+ */
+export function createClientErrorHandler (maxHeaderListSize: number, logger: Logger): (err: NodeJS.ErrnoException, socket: Socket) => void {
+  const tooLarge = headersTooLargeAnswers(maxHeaderListSize).h1
+  const badRequest = h1ErrorResponse('bad_request', errorBody('bad_request', HTTP_ERRORS.bad_request.message))
+  return function onClientError (err, socket) {
+    if (socket.writable && !socket.destroyed) socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? tooLarge : badRequest)
+    else socket.destroy()
+    logger.debug({ err: err.code ?? err.message }, 'front door http/1.1 client error')
+  }
+}
+
+/** Hands a request to the HTTP forwarder (front-door.ts). */
+export type ForwardRequest = (request: FastifyRequest, reply: FastifyReply) => void
+
+/**
+ * Fastify's error handler. A client error Fastify raises (4xx) is bad_request; anything else is
+ * a fault of the router: internal_error, logged at error with the request's logger (its id;
+ * lib/log.ts redacts secrets).
+ */
+export function createErrorHandler (): (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => void {
+  return function onFrontDoorError (error, request, reply) {
+    const status = error.statusCode ?? 500
+    const code: StaticHttpErrorCode = status >= 400 && status < 500 ? 'bad_request' : 'internal_error'
+    if (code === 'internal_error') request.log.error({ err: error.message, code: error.code }, 'front door request failed')
+    reply.hijack()
+    if (reply.raw.headersSent) reply.raw.destroy()
+    else writeErrorResponse(request.raw, reply.raw, code, request.id)
+  }
+}
+
+/** A complete HTTP/1.1 error response for a connection the parser gave up on (it then closes). */
+function h1ErrorResponse (code: 'headers_too_large' | 'bad_request', body: Buffer): string {
+  const { status } = HTTP_ERRORS[code]
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json\r\nx-stargate-error-code: ${code}\r\nconnection: close\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`
+}
