@@ -20,7 +20,7 @@ import type { UpstreamTrust } from '../lib/tunnel/webtransport-upstream.ts'
 import { QuicEngine } from '../lib/quic/engine.ts'
 import { ClientCredentials, ServerCredentials } from '../lib/quic/credentials.ts'
 import { H3_CLOSE_REASONS, WebTransportH3Relay, type UpstreamQuicTrust } from '../lib/tunnel/webtransport-h3-relay.ts'
-import type { RunningTunnel, TunnelContext } from './tunnels.ts'
+import type { RunningTunnel, TunnelContext } from './tunnel-types.ts'
 import { resetSecretOf } from './raw-quic-wiring.ts'
 
 /** The upstream trust of a TLS state; `key` changes only when the configured trust bundle does. */
