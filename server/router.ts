@@ -34,7 +34,7 @@ import { CloserStack } from './closer-stack.ts'
  * Of the second the shutdown has past the drain timeout, what is kept for the last log lines
  * and the exit (server/main.ts's watchdog ends the process at the full second).
  */
-export const SHUTDOWN_EXIT_MARGIN_MS = 200
+const SHUTDOWN_EXIT_MARGIN_MS = 200
 
 export interface RouterDeps {
   readonly logger: Logger

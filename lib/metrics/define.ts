@@ -8,7 +8,7 @@
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
 
-export const PREFIX = 'stargate_k8s_router_'
+const PREFIX = 'stargate_k8s_router_'
 
 /** Label name → the values that start at 0; the key order is the label order. */
 export type LabelValues<L extends string> = { readonly [K in L]: readonly string[] }
