@@ -8,24 +8,19 @@
  * - Client trust (--client-ca-path, SPEC §12): Pylons must present a certificate that verifies
  *   against it, or the handshake fails; a change of it closes tunnels whose Pylon certificate
  *   no longer verifies (after the same grace).
- * - Upstream trust (for verifying Stargate pods): the --upstream-tls-cert-path bundle, else the
- *   router's own certificate file (as the Rust router), unless --quic-insecure. A change of that
- *   trust closes tunnels whose Stargate leg was verified under the previous one, after a short
- *   grace (TRUST_CHANGE_GRACE_MS).
+ * - Upstream trust (for verifying Stargate pods): lib/tls/trust-policy.ts decides the bundle
+ *   and when it changed; a change closes tunnels whose Stargate leg was verified under the
+ *   previous one, after TRUST_CHANGE_GRACE_MS.
  */
 import { createHash } from 'node:crypto'
 import type { RunningTunnel, TunnelContext } from './tunnel-types.ts'
 import { QuicEngine, type TransportOptions } from '../lib/quic/engine.ts'
-import { ClientCredentials, ServerCredentials } from '../lib/quic/credentials.ts'
+import { clientCredentialsFor, ServerCredentials } from '../lib/quic/credentials.ts'
 import type { TlsState } from '../lib/tls/types.ts'
+import { TRUST_CHANGE_GRACE_MS } from '../lib/tls/trust-policy.ts'
+import { followUpstreamTrust } from '../lib/tls/upstream-trust-consumer.ts'
 import { CLOSE_REASONS, RawQuicRelay, type UpstreamCredentials } from '../lib/tunnel/raw-quic-relay.ts'
-import { TRUST_CHANGE_GRACE_MS } from './tls-wiring.ts'
-
-interface UpstreamTrust {
-  /** PEM bundle, or null: nothing to verify against (every dial fails verification). */
-  readonly caPem: string | null
-  readonly verify: boolean
-}
+import { upstreamTrustFlags } from './tls-wiring.ts'
 
 /** The stateless reset key of the tunnel port, derived from the server identity's key (also WebTransport's). */
 export function resetSecretOf (state: TlsState): Buffer | null {
@@ -59,32 +54,21 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     },
   })
 
-  const trustOf = (state: TlsState): UpstreamTrust => {
-    if (config.quicInsecure) return { caPem: null, verify: false }
-    if (state.upstreamTrust !== null) return { caPem: state.upstreamTrust.pem, verify: true }
-    const identity = state.serverIdentity
-    return { caPem: identity !== null && !identity.generated ? identity.certPem : null, verify: true }
-  }
-  let trust: UpstreamTrust = trustOf(tls.state())
-  let upstream: UpstreamCredentials = { credentials: ClientCredentials.create(trust), generation: 1 }
-  tls.addConsumer<{ trust: UpstreamTrust, credentials: ClientCredentials }>({
+  // Which bundle verifies pods, and when a change closes tunnels: lib/tls/trust-policy.ts.
+  const upstream = followUpstreamTrust<UpstreamCredentials>(tls, {
     name: 'raw-quic-upstream',
-    dependsOn: ['upstream_trust', 'server_identity'],
-    build: (state) => {
-      const next = trustOf(state)
-      return { trust: next, credentials: ClientCredentials.create(next) }
-    },
-    commit: (candidate, _state, changed) => {
-      if (changed !== null && candidate.trust.caPem === trust.caPem && candidate.trust.verify === trust.verify) {
-        candidate.credentials.release()
-        return
-      }
-      trust = candidate.trust
-      upstream.credentials.release()
-      upstream = { credentials: candidate.credentials, generation: upstream.generation + (changed !== null ? 1 : 0) }
+    leg: 'raw_quic',
+    flags: upstreamTrustFlags(config),
+    build: (trust, generation) => ({ credentials: clientCredentialsFor(trust), generation }),
+    release: (runtime) => { runtime.credentials.release() },
+    onReplaced: (current) => {
+      // Called on a reload, never before the relay below exists.
+      const closing = relay.closeGeneration(current.generation, TRUST_CHANGE_GRACE_MS)
+      logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing raw quic tunnels verified under the previous trust')
     },
   })
-  if (trust.verify && trust.caPem === null) {
+  const trust = upstream.current().trust
+  if (trust.kind === 'verify' && trust.caPem === null) {
     logger.warn('raw quic: no trust bundle for Stargate certificates (no --upstream-tls-cert-path and no --tls-cert-path): tunnels will fail to verify pods; set one, or --quic-insecure')
   }
 
@@ -93,7 +77,7 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     snapshot: context.snapshot,
     template: context.template,
     serverCredentials: () => serverCredentials,
-    upstreamCredentials: () => upstream,
+    upstreamCredentials: () => upstream.current().runtime,
     transport,
     connectTimeoutMs: config.connectTimeoutMs,
     drainGraceMs: config.drainGraceMs,
@@ -101,14 +85,9 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     logger,
   })
   tls.onChange((changed, _previous, next) => {
-    if (changed === 'client_trust') {
-      if (next.clientTrust === null) return
-      const closing = relay.closeUntrusted(next.clientTrust, TRUST_CHANGE_GRACE_MS)
-      logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'client trust changed: closing raw quic tunnels whose Pylon certificate no longer verifies')
-      return
-    }
-    const closing = relay.closeGeneration(upstream.generation, TRUST_CHANGE_GRACE_MS)
-    if (closing > 0) logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing raw quic tunnels verified under the previous bundle')
+    if (changed !== 'client_trust' || next.clientTrust === null) return
+    const closing = relay.closeUntrusted(next.clientTrust, TRUST_CHANGE_GRACE_MS)
+    logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'client trust changed: closing raw quic tunnels whose Pylon certificate no longer verifies')
   })
 
   const endpoint = engine.listen({
@@ -147,7 +126,7 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
   })
   metrics.setEngineSource(() => engine.counters())
   const udp = { address: endpoint.address, port: endpoint.port, family: endpoint.address.includes(':') ? 'IPv6' : 'IPv4' }
-  logger.info({ udp, retry: config.quicRetry, maxConnections: config.quicMaxConnections, upstreamVerify: trust.verify }, 'raw quic tunnel listening')
+  logger.info({ udp, retry: config.quicRetry, maxConnections: config.quicMaxConnections, upstreamVerify: trust.kind === 'verify' }, 'raw quic tunnel listening')
 
   let closing: Promise<void> | null = null
   return {
@@ -163,7 +142,7 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
         await new Promise((resolve) => { setImmediate(resolve) })
         endpoint.close()
         serverCredentials?.release()
-        upstream.credentials.release()
+        upstream.dispose()
       })()
       return closing
     },

@@ -155,8 +155,9 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   // the listen calls themselves).
   let hub: WatchStargatesHub | null = null
   const upstreamPool = new UpstreamPool({
+    snapshot: store,
     connectTimeoutMs: config.connectTimeoutMs,
-    tls: tls.upstream,
+    tls: tls.registration,
     serverName: (target) => template.render(target.identity),
     logger,
     onSessionCountChange: (count) => { metrics.upstreamSessions.set(count) },
@@ -176,7 +177,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   const httpPods = new HttpPods({
     snapshot: store,
     connectTimeoutMs: config.connectTimeoutMs,
-    tls: tls.upstream,
+    tls: tls.httpForward,
     serverName: (target) => template.render(target.identity),
     closeGraceMs: config.shutdownDrainTimeoutMs,
     maxConnectionsPerPod: config.httpUpstreamMaxConnections,
@@ -253,7 +254,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   })
   const watchHub = hub
   closers.push('watch hub', () => { watchHub.close(SHUTDOWN_MESSAGE) })
-  logger.info({ frontDoor: frontDoorAddress, health: healthAddress, discovery: config.discovery, template: template.source, frontDoorTls: tls.frontDoor !== null, clientCertificates: tls.frontDoor?.requireClientCert ?? false, upstreamTls: tls.upstream !== null }, 'stargate router listening')
+  logger.info({ frontDoor: frontDoorAddress, health: healthAddress, discovery: config.discovery, template: template.source, frontDoorTls: tls.frontDoor !== null, clientCertificates: tls.frontDoor?.requireClientCert ?? false, upstreamTls: tls.registration !== null }, 'stargate router listening')
 
   let stopping: Promise<void> | null = null
   const shutdown = (): Promise<void> => {

@@ -3,34 +3,34 @@
  * the front door's SecureContext (server identity + client trust), the upstream dialers'
  * SecureContext (upstream trust), and the connections to close when a trust bundle changes.
  */
-import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls'
+import type { SecureContext } from 'node:tls'
 import type { Config } from '../lib/config/config.ts'
 import { TlsMaterialManager } from '../lib/tls/manager.ts'
 import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-context-consumer.ts'
-import { peerChainOf, verifiesAgainst } from '../lib/tls/client-cert.ts'
-import type { TlsState } from '../lib/tls/types.ts'
+import { peerChainOf } from '../lib/tls/client-cert.ts'
+import { TRUST_CHANGE_GRACE_MS, untrustedConnections, upstreamTrustFor, type UpstreamTrustFlags } from '../lib/tls/trust-policy.ts'
+import { followUpstreamTrust, upstreamSecureContext } from '../lib/tls/upstream-trust-consumer.ts'
 import type { FrontDoor, FrontDoorTls } from '../lib/front-door/listener.ts'
 import type { UpstreamPool, UpstreamTls } from '../lib/control-plane/upstream-pool.ts'
 import type { HttpPods } from '../lib/http-forward/pods.ts'
 import type { RouterMetrics } from '../lib/metrics/metrics.ts'
 import type { Logger } from '../lib/log.ts'
 
-/** Connections made under a replaced trust bundle get this long after GOAWAY. */
-export const TRUST_CHANGE_GRACE_MS = 5000
-
 export interface RouterTls {
   readonly manager: TlsMaterialManager
   /** Front door TLS, or null for h2c. */
   readonly frontDoor: FrontDoorTls | null
-  /** Upstream TLS for dialers when --upstream-tls; null dials cleartext. */
-  readonly upstream: (() => UpstreamTls) | null
-  /** Hooks the front door and the upstream pool to reloads once they exist. */
+  /** Upstream TLS for registration dials when --upstream-tls; null dials cleartext. */
+  readonly registration: (() => UpstreamTls) | null
+  /** Upstream TLS for HTTP forwarding when --upstream-tls; null dials cleartext. */
+  readonly httpForward: (() => UpstreamTls) | null
+  /** Hooks the front door, the upstream pool and the HTTP pods to reloads once they exist. */
   attach (frontDoor: FrontDoor, pool: UpstreamPool, httpPods: HttpPods): void
 }
 
-/** The trust bundle for dialing pods: --upstream-tls-cert-path, else the router's certificate. */
-function upstreamTrustPath (config: Config): string | null {
-  return config.upstreamTlsCertPath ?? (config.upstreamTls ? config.tlsCertPath : null)
+/** The trust-policy flags of a configuration. */
+export function upstreamTrustFlags (config: Config): UpstreamTrustFlags {
+  return { upstreamTls: config.upstreamTls, upstreamTlsSystemCa: config.upstreamTlsSystemCa, quicInsecure: config.quicInsecure }
 }
 
 /**
@@ -41,7 +41,7 @@ function upstreamTrustPath (config: Config): string | null {
  * --tls-cert-path/--tls-key-path are the tunnels' identity only (issue 13).
  */
 export async function startTls (config: Config, selfSignedHost: string, metrics: RouterMetrics, logger: Logger): Promise<RouterTls> {
-  const trustPath = upstreamTrustPath(config)
+  const trustPath = config.upstreamTlsCertPath
   const manager = await TlsMaterialManager.start({
     serverIdentity: config.tlsCertPath !== null && config.tlsKeyPath !== null ? { certPath: config.tlsCertPath, keyPath: config.tlsKeyPath } : null,
     upstreamTrust: trustPath === null ? null : { path: trustPath },
@@ -58,23 +58,42 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
     ? { options: serverContextOptions(state, { withClientTrust: requireClientCert }), requireClientCert }
     : null
 
-  let upstream: (() => UpstreamTls) | null = null
-  let current: UpstreamTls = { secureContext: createSecureContext(), generation: 0 }
-  if (config.upstreamTls) upstream = () => current
-  // Without a bundle Node's default context trusts the system store; configuration allows that
-  // only with --upstream-tls-system-ca, which also adds the system roots to a bundle.
-  const upstreamFrom = (s: TlsState): UpstreamTls => ({
-    secureContext: s.upstreamTrust === null
-      ? createSecureContext()
-      : createSecureContext({ ca: config.upstreamTlsSystemCa ? [...rootCertificates, s.upstreamTrust.pem] : s.upstreamTrust.pem }),
-    generation: s.generations.upstream_trust,
+  // Registration and HTTP forwarding each follow their trust (lib/tls/trust-policy.ts); the
+  // pool and the pods exist only later, so a change before attach() has nothing to close.
+  const flags = upstreamTrustFlags(config)
+  let pool: UpstreamPool | null = null
+  let pods: HttpPods | null = null
+  const follow = (leg: 'registration' | 'http_forward', onReplaced: (generation: number) => void): (() => UpstreamTls) | null => {
+    if (upstreamTrustFor(leg, manager.state(), flags).kind === 'cleartext') return null
+    const follower = followUpstreamTrust<UpstreamTls>(manager, {
+      name: leg === 'registration' ? 'upstream-http2' : 'upstream-http',
+      leg,
+      flags,
+      build: (trust, generation) => {
+        if (trust.kind !== 'verify') throw new Error(`${leg} dials pods with verified TLS only`)
+        return { secureContext: upstreamSecureContext(trust), generation }
+      },
+      onReplaced: (current) => { onReplaced(current.generation) },
+    })
+    return () => follower.current().runtime
+  }
+  const registration = follow('registration', (generation) => {
+    const closed = pool?.closeGeneration(generation, TRUST_CHANGE_GRACE_MS) ?? 0
+    logger.info({ closed, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing registration sessions made under the previous trust')
+  })
+  const httpForward = follow('http_forward', () => {
+    pods?.refreshTrust(TRUST_CHANGE_GRACE_MS)
+    logger.info({ graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: replacing http pools made under the previous trust')
   })
 
   return {
     manager,
     frontDoor,
-    upstream,
-    attach (door: FrontDoor, pool: UpstreamPool, httpPods: HttpPods): void {
+    registration,
+    httpForward,
+    attach (door: FrontDoor, upstreamPool: UpstreamPool, httpPods: HttpPods): void {
+      pool = upstreamPool
+      pods = httpPods
       if (frontDoor !== null) {
         manager.addConsumer(secureContextConsumer({
           name: 'front-door',
@@ -83,30 +102,11 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
           apply: (built) => { door.setSecureContext(built.options) },
         }))
       }
-      if (upstream !== null) {
-        manager.addConsumer<UpstreamTls>({
-          name: 'upstream-http2',
-          dependsOn: ['upstream_trust'],
-          build: upstreamFrom,
-          commit: (candidate) => { current = candidate },
-        })
-      }
       manager.onChange((changed, _previous, next) => {
-        if (changed === 'upstream_trust') {
-          const closed = pool.closeGeneration(next.generations.upstream_trust, TRUST_CHANGE_GRACE_MS)
-          httpPods.refreshTrust()
-          logger.info({ closed, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing upstream sessions made under the previous bundle')
-        } else if (changed === 'client_trust' && next.clientTrust !== null) {
-          let closed = 0
-          const now = new Date()
-          for (const socket of door.tlsConnections()) {
-            const chain = peerChainOf(socket)
-            if (chain.length === 0 || verifiesAgainst(chain, next.clientTrust, now)) continue
-            door.closeConnection(socket, TRUST_CHANGE_GRACE_MS)
-            closed++
-          }
-          logger.info({ closed }, 'client trust changed: closed connections whose client certificate no longer verifies')
-        }
+        if (changed !== 'client_trust' || next.clientTrust === null) return
+        const untrusted = untrustedConnections(door.tlsConnections(), peerChainOf, next.clientTrust, new Date())
+        for (const socket of untrusted) door.closeConnection(socket, TRUST_CHANGE_GRACE_MS)
+        logger.info({ closed: untrusted.length }, 'client trust changed: closed connections whose client certificate no longer verifies')
       })
     },
   }

@@ -5,44 +5,22 @@
  *
  * - Server identity (and client trust with --client-ca-path): a SecureContext consumer; new
  *   handshakes use new material, open sessions keep theirs (SPEC §8).
- * - Upstream trust: --upstream-tls-cert-path when set, else the router's own certificate
- *   (as the Rust router), else nothing is verified with --quic-insecure. A change of the
- *   configured upstream trust bundle closes the sessions bridged under the old one
- *   (outcome trust_replaced); a server-identity change closes nothing, even when its
- *   certificate is the upstream trust, as SPEC §8 says of identity changes.
+ * - Upstream trust: lib/tls/trust-policy.ts decides the bundle of both legs and when it
+ *   changed (also when the router's certificate is the trust); a change closes the sessions
+ *   bridged under the old one (outcome trust_replaced), with a close capsule at once.
  * - A client-trust change closes Pylon connections whose certificate no longer verifies.
  */
-import { createSecureContext } from 'node:tls'
 import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-context-consumer.ts'
 import type { TlsState } from '../lib/tls/types.ts'
 import { WebTransportRelay } from '../lib/tunnel/webtransport-relay.ts'
 import type { UpstreamTrust } from '../lib/tunnel/webtransport-upstream.ts'
 import { QuicEngine } from '../lib/quic/engine.ts'
-import { ClientCredentials, ServerCredentials } from '../lib/quic/credentials.ts'
+import { clientCredentialsFor, ServerCredentials } from '../lib/quic/credentials.ts'
+import { followUpstreamTrust, upstreamSecureContext } from '../lib/tls/upstream-trust-consumer.ts'
 import { H3_CLOSE_REASONS, WebTransportH3Relay, type UpstreamQuicTrust } from '../lib/tunnel/webtransport-h3-relay.ts'
 import type { RunningTunnel, TunnelContext } from './tunnel-types.ts'
 import { resetSecretOf } from './raw-quic-wiring.ts'
-
-/** The upstream trust of a TLS state; `key` changes only when the configured trust bundle does. */
-function upstreamTrustOf (state: TlsState, insecure: boolean): UpstreamTrust {
-  if (insecure) return { secureContext: null, key: 'insecure' }
-  if (state.upstreamTrust !== null) {
-    return { secureContext: createSecureContext({ ca: state.upstreamTrust.pem }), key: `bundle:${state.upstreamTrust.fingerprint}` }
-  }
-  const identity = state.serverIdentity
-  return { secureContext: createSecureContext(identity === null ? {} : { ca: identity.certPem }), key: 'router-certificate' }
-}
-
-/** The engine's upstream credentials for a TLS state, keyed like upstreamTrustOf. */
-function quicUpstreamTrustOf (state: TlsState, insecure: boolean): UpstreamQuicTrust {
-  if (insecure) return { credentials: ClientCredentials.create({ caPem: null, verify: false }), key: 'insecure' }
-  if (state.upstreamTrust !== null) {
-    return { credentials: ClientCredentials.create({ caPem: state.upstreamTrust.pem, verify: true }), key: `bundle:${state.upstreamTrust.fingerprint}` }
-  }
-  // The router's own certificate, as the Rust router; a generated identity trusts nothing.
-  const identity = state.serverIdentity
-  return { credentials: ClientCredentials.create({ caPem: identity === null || identity.generated ? null : identity.certPem, verify: true }), key: 'router-certificate' }
-}
+import { upstreamTrustFlags } from './tls-wiring.ts'
 
 /** The engine's server credentials: the identity, and the client CA when Pylons must present certificates. */
 function quicServerCredentialsOf (state: TlsState, withClientTrust: boolean): ServerCredentials {
@@ -55,7 +33,20 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
   const { config, tls, logger } = context
   const metrics = context.metrics.webtransport
   const requireClientCert = config.clientCaPath !== null
-  let upstream = upstreamTrustOf(tls.state(), config.quicInsecure)
+  const flags = upstreamTrustFlags(config)
+  // Both legs follow their trust (lib/tls/trust-policy.ts); the relays exist only below, and
+  // onReplaced runs on a reload, never before.
+  const upstream = followUpstreamTrust<UpstreamTrust>(tls, {
+    name: 'webtransport-upstream',
+    leg: 'webtransport_h2',
+    flags,
+    // No secureContext: --quic-insecure, the pod's certificate is not verified.
+    build: (trust) => ({ secureContext: trust.kind === 'verify' ? upstreamSecureContext(trust) : null, key: trust.key }),
+    onReplaced: (current) => {
+      const closed = relay.closeTrust(current.runtime.key)
+      logger.info({ closed }, 'upstream trust changed: closing webtransport sessions bridged under the previous trust')
+    },
+  })
   const relay = new WebTransportRelay({
     host: config.reverseTunnelListenAddr.host,
     port: config.reverseTunnelListenAddr.port,
@@ -63,7 +54,7 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     template: context.template,
     serverTls: serverContextOptions(tls.state(), { withClientTrust: requireClientCert }),
     requireClientCert,
-    upstreamTrust: () => upstream,
+    upstreamTrust: () => upstream.current().runtime,
     connectTimeoutMs: config.connectTimeoutMs,
     idleTimeoutMs: config.relayIdleTimeoutMs,
     keepAliveMs: config.relayKeepAliveMs,
@@ -82,20 +73,10 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     buildOptions: (state) => serverContextOptions(state, { withClientTrust: requireClientCert }),
     apply: (built) => { relay.setSecureContext(built.options) },
   }))
-  tls.addConsumer<UpstreamTrust>({
-    name: 'webtransport-upstream',
-    dependsOn: ['upstream_trust', 'server_identity'],
-    build: (state) => upstreamTrustOf(state, config.quicInsecure),
-    commit: (candidate) => { upstream = candidate },
-  })
   tls.onChange((changed, _previous, next) => {
-    if (changed === 'upstream_trust') {
-      const closed = relay.closeTrust(upstream.key)
-      logger.info({ closed }, 'upstream trust changed: closing webtransport sessions bridged under the previous bundle')
-    } else if (changed === 'client_trust' && next.clientTrust !== null) {
-      const closed = relay.closeUntrustedClients(next.clientTrust)
-      logger.info({ closed }, 'client trust changed: closed webtransport connections whose client certificate no longer verifies')
-    }
+    if (changed !== 'client_trust' || next.clientTrust === null) return
+    const closed = relay.closeUntrustedClients(next.clientTrust)
+    logger.info({ closed }, 'client trust changed: closed webtransport connections whose client certificate no longer verifies')
   })
 
   // HTTP/3 on the UDP port: the engine's credentials follow the same TLS material.
@@ -107,12 +88,16 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     // New connections get the new material; the old handle is freed when its last connection ends.
     commit: (candidate) => { const old = serverCredentials; serverCredentials = candidate; if (old !== candidate) old.release() },
   })
-  let quicUpstream = quicUpstreamTrustOf(tls.state(), config.quicInsecure)
-  tls.addConsumer<UpstreamQuicTrust>({
+  const quicUpstream = followUpstreamTrust<UpstreamQuicTrust>(tls, {
     name: 'webtransport-h3-upstream',
-    dependsOn: ['upstream_trust', 'server_identity'],
-    build: (state) => quicUpstreamTrustOf(state, config.quicInsecure),
-    commit: (candidate) => { const old = quicUpstream; quicUpstream = candidate; if (old !== candidate) old.credentials.release() },
+    leg: 'webtransport_h3',
+    flags,
+    build: (trust) => ({ credentials: clientCredentialsFor(trust), key: trust.key }),
+    release: (runtime) => { runtime.credentials.release() },
+    onReplaced: (current) => {
+      const closed = h3.closeTrust(current.runtime.key)
+      logger.info({ closed }, 'upstream trust changed: closing webtransport http/3 sessions dialed under the previous trust')
+    },
   })
   const h3 = new WebTransportH3Relay({
     engine: QuicEngine.shared(),
@@ -121,7 +106,7 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     snapshot: context.snapshot,
     template: context.template,
     serverCredentials: () => serverCredentials,
-    upstreamTrust: () => quicUpstream,
+    upstreamTrust: () => quicUpstream.current().runtime,
     connectTimeoutMs: config.connectTimeoutMs,
     idleTimeoutMs: config.relayIdleTimeoutMs,
     keepAliveMs: config.relayKeepAliveMs,
@@ -142,13 +127,9 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     logger,
   })
   tls.onChange((changed, _previous, next) => {
-    if (changed === 'upstream_trust') {
-      const closed = h3.closeTrust(quicUpstream.key)
-      logger.info({ closed }, 'upstream trust changed: closing webtransport http/3 sessions dialed under the previous bundle')
-    } else if (changed === 'client_trust' && next.clientTrust !== null) {
-      const closed = h3.closeUntrustedClients(next.clientTrust)
-      logger.info({ closed }, 'client trust changed: closed webtransport http/3 connections whose client certificate no longer verifies')
-    }
+    if (changed !== 'client_trust' || next.clientTrust === null) return
+    const closed = h3.closeUntrustedClients(next.clientTrust)
+    logger.info({ closed }, 'client trust changed: closed webtransport http/3 connections whose client certificate no longer verifies')
   })
 
   // The same port number on UDP (HTTP/3) and TCP (HTTP/2): Pylons dial one address. With port
@@ -166,11 +147,12 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
       if (configuredPort !== 0 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || attempt >= 10) throw err
     }
   }
+  const trust = upstream.current().trust
   logger.info({
     udp,
     tcp: address,
     transports: { http3: `udp ${udp.address}:${udp.port}`, http2: `tcp ${address.address}:${address.port}` },
-    upstreamTrust: upstream.key.startsWith('bundle:') ? 'bundle' : upstream.key,
+    upstreamTrust: trust.kind === 'verify' ? trust.source : trust.kind,
   }, 'webtransport tunnel listening: http/3 on udp, http/2 on tcp')
 
   let closing: Promise<void> | null = null
@@ -182,7 +164,7 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
       h3.stopAccepting()
     },
     close: () => {
-      closing ??= Promise.all([relay.close(H3_CLOSE_REASONS.shutdown), h3.close(H3_CLOSE_REASONS.shutdown)]).then(() => {})
+      closing ??= Promise.all([relay.close(H3_CLOSE_REASONS.shutdown), h3.close(H3_CLOSE_REASONS.shutdown)]).then(() => { quicUpstream.dispose() })
       return closing
     },
   }

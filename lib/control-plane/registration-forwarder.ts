@@ -376,7 +376,6 @@ export class RegistrationForwarder {
   }
 
   #onSnapshot (snapshot: TargetSnapshot): void {
-    this.#options.pool.retain(snapshot)
     if (!snapshot.initialized) return
     for (const [identity, set] of this.#byIdentity) {
       const present = snapshot.byIdentity.has(identity)

@@ -6,11 +6,12 @@
  * Sessions are tagged with the trust generation they were made under, so a change of the
  * upstream trust bundle can close exactly the sessions made with the old one; and with their
  * target, so sessions to pods that left the snapshot (or moved to a new IP) are closed
- * gracefully (GOAWAY: open streams finish, no new ones).
+ * gracefully (GOAWAY: open streams finish, no new ones); the pool subscribes to the snapshot
+ * for that itself, as HttpPods does.
  */
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type OutgoingHttpHeaders, type SecureClientSessionOptions } from 'node:http2'
 import type { SecureContext } from 'node:tls'
-import type { PodTarget, TargetSnapshot } from '../discovery/types.ts'
+import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { Logger } from '../log.ts'
 import { GRPC_ERRORS, grpcError } from './errors.ts'
 
@@ -21,6 +22,8 @@ export interface UpstreamTls {
 }
 
 export interface UpstreamPoolOptions {
+  /** The pool follows it: sessions to pods that left or moved are closed (GOAWAY). */
+  readonly snapshot: SnapshotReader
   readonly connectTimeoutMs: number
   /** Called per new session; null dials cleartext HTTP/2 (h2c). */
   readonly tls: (() => UpstreamTls) | null
@@ -90,9 +93,11 @@ export class UpstreamPool {
   #count = 0
   #closed = false
   #closing: Promise<void> | null = null
+  readonly #unsubscribe: () => void
 
   constructor (options: UpstreamPoolOptions) {
     this.#options = options
+    this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#retain(snapshot) })
   }
 
   /** Number of live sessions (connecting or connected). */
@@ -160,7 +165,7 @@ export class UpstreamPool {
   }
 
   /** Closes sessions (gracefully) whose target is not in the snapshot at that address any more. */
-  retain (snapshot: TargetSnapshot): void {
+  #retain (snapshot: TargetSnapshot): void {
     if (!snapshot.initialized) return
     const live = new Set<string>()
     for (const target of snapshot.targets) live.add(keyOf(target))
@@ -194,6 +199,7 @@ export class UpstreamPool {
 
   async #close (graceMs: number): Promise<void> {
     this.#closed = true
+    this.#unsubscribe()
     const gone: Array<Promise<void>> = []
     for (const list of this.#sessions.values()) {
       // A session leaves the map on its 'close' (#forget), so every one here has yet to emit it.

@@ -34,6 +34,7 @@ import type { Logger } from '../log.ts'
 import { ERROR_BODIES, HTTP_ERRORS, type HttpErrorCode, type StaticHttpErrorCode } from './errors.ts'
 import { downstreamResponseHeaders, isValidRequestId, upstreamRequestHeaders } from './headers.ts'
 import { resolveRequestTarget } from './request-target.ts'
+import { resolveAuthority } from '../routing/resolve.ts'
 import type { TrustedProxies } from './trusted-proxies.ts'
 import type { HttpPod, HttpPods } from './pods.ts'
 
@@ -297,15 +298,17 @@ export class HttpForwarder {
     if (!target.ok) { this.#reject(req, res, 'host_mismatch', requestId); return }
     const host = target.host
 
+    // The same resolution as registration and tunnels (SPEC §4); a Host the template does not
+    // match (or none) is balanced over the ready pods instead (SPEC §6).
     let pod: HttpPod | null
-    const identity = host !== undefined ? options.template.match(host) : null
-    const hostTargeted = identity !== null
-    if (identity !== null) {
-      pod = options.pods.get(identity) ?? null
-      if (pod === null) {
-        this.#reject(req, res, options.snapshot.current().byIdentity.has(identity) ? 'target_unavailable' : 'unknown_target', requestId)
-        return
-      }
+    const route = resolveAuthority(host, options.snapshot.current(), options.template)
+    const hostTargeted = route.ok
+    if (route.ok) {
+      pod = options.pods.get(route.target.identity) ?? null
+      if (pod === null) { this.#reject(req, res, 'target_unavailable', requestId); return }
+    } else if (route.reason === 'target_unavailable') {
+      this.#reject(req, res, 'unknown_target', requestId)
+      return
     } else {
       pod = options.pods.pick(null)
       if (pod === null) { this.#reject(req, res, 'no_ready_targets', requestId); return }

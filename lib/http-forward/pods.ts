@@ -72,9 +72,12 @@ export class HttpPods {
     return second.inflight < first.inflight ? second : first
   }
 
-  /** Drops every pool made under another trust generation (upstream trust changed). */
-  refreshTrust (): void {
-    this.#rebuild(this.#options.snapshot.current())
+  /**
+   * Upstream trust changed: every pool made under another trust generation is replaced; its
+   * requests in flight get graceMs before their connections are destroyed.
+   */
+  refreshTrust (graceMs: number): void {
+    this.#rebuild(this.#options.snapshot.current(), graceMs)
   }
 
   /**
@@ -95,7 +98,7 @@ export class HttpPods {
     await Promise.all(pods.map(async (pod) => { await this.#retire(pod, graceMs) }))
   }
 
-  #rebuild (snapshot: TargetSnapshot): void {
+  #rebuild (snapshot: TargetSnapshot, graceMs: number = this.#options.closeGraceMs): void {
     const generation = this.#options.tls?.().generation ?? 0
     const next = new Map<string, HttpPod>()
     for (const target of snapshot.targets) {
@@ -109,7 +112,7 @@ export class HttpPods {
       next.set(target.identity, this.#create(target, target.httpPort, generation))
     }
     for (const [identity, pod] of this.#byIdentity) {
-      if (next.get(identity) !== pod) void this.#retire(pod)
+      if (next.get(identity) !== pod) void this.#retire(pod, graceMs)
     }
     this.#byIdentity = next
     this.#candidates = [...next.values()]

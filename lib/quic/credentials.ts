@@ -8,6 +8,7 @@
  * would break handshakes is rejected before it is committed.
  */
 import { loadNative } from './native.ts'
+import type { UpstreamTrust } from '../tls/trust-policy.ts'
 
 const registry = new FinalizationRegistry<number>((id) => { loadNative().credRelease(id) })
 
@@ -78,5 +79,18 @@ export class ClientCredentials extends Credentials {
 
   static create (options: ClientCredentialsOptions): ClientCredentials {
     return new ClientCredentials(loadNative().credClient(options.caPem, options.verify, options.certPem ?? null, options.keyPem ?? null), options.verify)
+  }
+}
+
+/** The engine's credentials for a tunnel leg's upstream trust (lib/tls/trust-policy.ts decides it). */
+export function clientCredentialsFor (trust: UpstreamTrust): ClientCredentials {
+  switch (trust.kind) {
+    case 'unverified': return ClientCredentials.create({ caPem: null, verify: false })
+    case 'verify': return ClientCredentials.create({ caPem: trust.caPem, verify: true })
+    case 'cleartext': throw new Error('a QUIC leg always dials with TLS')
+    default: {
+      const never: never = trust
+      return never
+    }
   }
 }

@@ -160,7 +160,7 @@ export interface NativeCounters {
   /** Socket readiness callbacks. */
   readonly polls: number
   readonly timers: number
-  /** Wall nanoseconds spent in the engine's libuv callbacks, JavaScript excluded (benchmarks). */
+  /** Thread CPU nanoseconds in the engine's libuv callbacks, JavaScript excluded: estimated from a random 1 in 16 of them (benchmarks, metrics). */
   readonly busyNs: number
   /** The process's malloc heap in use, bytes (glibc mallinfo2; leak checks after equal work). */
   readonly mallocInUse: number

@@ -43,7 +43,7 @@ export const QUIC_CLOSE_REASONS = {
   },
   trust_replaced: {
     reason: 'upstream trust changed',
-    meaning: 'the CA bundle trusted for stargate certificates changed; tunnels dialled under the old one close (raw QUIC 5 s later)',
+    meaning: 'the trust for stargate certificates changed (the --upstream-tls-cert-path bundle, or the router certificate file when it is the trust); tunnels dialled under the old one close (raw QUIC 5 s later)',
     action: 'none: the Pylon reconnects and the new tunnel uses the new trust',
   },
   client_trust_replaced: {

@@ -27,7 +27,7 @@
  */
 import { X509Certificate } from 'node:crypto'
 import type { TrustBundle } from '../tls/types.ts'
-import { verifiesAgainst } from '../tls/client-cert.ts'
+import { untrustedConnections } from '../tls/trust-policy.ts'
 import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRelayOptions } from './quic-tunnel-port.ts'
 import { resolveSni } from '../routing/resolve.ts'
 import type { TransportOptions } from '../quic/engine.ts'
@@ -81,6 +81,10 @@ interface Tunnel {
 
 /** The splice's end needs nothing from TypeScript: one shared, empty handler. */
 const SPLICED: QuicStreamHandler = {}
+
+function peerChainOfTunnel (tunnel: Tunnel): X509Certificate[] {
+  return tunnel.client.peerCertificates().map((der) => new X509Certificate(der))
+}
 
 export class RawQuicRelay {
   readonly #options: RawQuicRelayOptions
@@ -149,15 +153,10 @@ export class RawQuicRelay {
    * new bundle are closed after graceMs (tunnels without one are left alone: no mTLS then).
    */
   closeUntrusted (bundle: TrustBundle, graceMs: number, now = new Date()): number {
-    let count = 0
-    for (const tunnel of this.#tunnels) {
-      if (tunnel.graceTimer !== null) continue
-      const chain = tunnel.client.peerCertificates().map((der) => new X509Certificate(der))
-      if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
-      count++
-      this.#closeLater(tunnel, CLOSE_REASONS.client_trust_replaced, graceMs)
-    }
-    return count
+    const open = [...this.#tunnels].filter((tunnel) => tunnel.graceTimer === null)
+    const untrusted = untrustedConnections(open, peerChainOfTunnel, bundle, now)
+    for (const tunnel of untrusted) this.#closeLater(tunnel, CLOSE_REASONS.client_trust_replaced, graceMs)
+    return untrusted.length
   }
 
   /** A connection proposed by the tunnel port: route it by SNI before any handshake work. */

@@ -23,7 +23,7 @@ import type { QuicH3Options } from '../quic/h3/quic-h3.ts'
 import type { PodTarget } from '../discovery/types.ts'
 import { resolveSni } from '../routing/resolve.ts'
 import type { TrustBundle } from '../tls/types.ts'
-import { verifiesAgainst } from '../tls/client-cert.ts'
+import { untrustedConnections } from '../tls/trust-policy.ts'
 import type { QuicCloseInfo } from '../quic/connection.ts'
 import type { RawQuicMetrics } from './raw-quic-metrics.ts'
 import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRelayOptions } from './quic-tunnel-port.ts'
@@ -33,6 +33,10 @@ import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost }
 
 /** The tunnel port's close reasons: a Pylon reads the same in either mode of the port. */
 export const H3_CLOSE_REASONS = TUNNEL_CLOSE_REASONS
+
+function peerChainOfTunnel (tunnel: WebTransportH3Tunnel): X509Certificate[] {
+  return tunnel.down.quic.peerCertificates().map((der) => new X509Certificate(der))
+}
 
 export interface UpstreamQuicTrust {
   readonly credentials: ClientCredentials
@@ -137,15 +141,10 @@ export class WebTransportH3Relay implements TunnelHost {
 
   /** After a client-trust change: closes tunnels whose Pylon certificate no longer verifies. */
   closeUntrustedClients (bundle: TrustBundle, now: Date = new Date()): number {
-    let closed = 0
-    for (const tunnel of this.#tunnels) {
-      if (tunnel.state === 'closing' || tunnel.state === 'closed') continue
-      const chain = tunnel.down.quic.peerCertificates().map((der) => new X509Certificate(der))
-      if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
-      tunnel.close(H3_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
-      closed++
-    }
-    return closed
+    const open = [...this.#tunnels].filter((tunnel) => tunnel.state !== 'closing' && tunnel.state !== 'closed')
+    const untrusted = untrustedConnections(open, peerChainOfTunnel, bundle, now)
+    for (const tunnel of untrusted) tunnel.close(H3_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
+    return untrusted.length
   }
 
   /** Every session gets a close capsule with the reason, then the connections close. Idempotent. */

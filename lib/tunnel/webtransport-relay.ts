@@ -37,7 +37,8 @@ import type { SnapshotReader } from '../discovery/types.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { Logger } from '../log.ts'
 import type { TrustBundle } from '../tls/types.ts'
-import { peerChainOf, verifiesAgainst } from '../tls/client-cert.ts'
+import { peerChainOf } from '../tls/client-cert.ts'
+import { untrustedConnections } from '../tls/trust-policy.ts'
 import { DEFAULT_RAPID_RESET, RapidResetGuard } from '../front-door/http2-guard.ts'
 import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from './webtransport-capsule.ts'
 import { WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
@@ -228,19 +229,15 @@ export class WebTransportRelay {
 
   /** After a client-trust change: closes Pylon connections whose certificate no longer verifies. */
   closeUntrustedClients (bundle: TrustBundle, now: Date = new Date()): number {
-    let closed = 0
-    for (const session of this.#sessions.keys()) {
-      const socket = session.socket as TLSSocket | undefined
-      if (socket === undefined || socket.destroyed) continue
-      const chain = peerChainOf(socket)
-      if (chain.length === 0 || verifiesAgainst(chain, bundle, now)) continue
+    const open = [...this.#sessions.keys()].filter((session) => session.socket !== undefined && !session.socket.destroyed)
+    const untrusted = untrustedConnections(open, (session) => peerChainOf(session.socket as TLSSocket), bundle, now)
+    for (const session of untrusted) {
       for (const bridge of this.#bridges) {
         if (bridge.downstreamSession === session) bridge.close(0, TUNNEL_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
       }
       session.close()
-      closed++
     }
-    return closed
+    return untrusted.length
   }
 
   /** Closes every session with the reason and stops listening. Idempotent. */

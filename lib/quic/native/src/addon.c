@@ -65,7 +65,8 @@
  *                                           ids mapped, unknown ones dropped and counted)
  * datagramMap(conn, fromQuarterId, toQuarterId)   for mode 2, datagrams arriving on conn
  * counters() -> object                      live objects and syscalls (leak checks, benchmarks),
- *   busyNs (time in the engine's libuv callbacks, JavaScript excluded), mallocInUse (glibc heap)
+ *   busyNs (thread CPU time in the engine's libuv callbacks, JavaScript excluded: an estimate
+ *   from a random 1 in 16 of them, engine.c), mallocInUse (glibc heap)
  */
 #include "quic.h"
 

@@ -588,6 +588,7 @@ static void on_tick(uv_timer_t *t) {
     ep->tick_active = 0;
     return;
   }
+  uint64_t begun = engine_busy_begin(eng);
   qpending *expired = NULL;
   QMAP_EACH(&ep->pending_by_dcid, i) {
     qpending *p = ep->pending_by_dcid.slots[i].val;
@@ -603,6 +604,7 @@ static void on_tick(uv_timer_t *t) {
     pending_drop(eng, p);
   }
   engine_run(eng);
+  engine_busy_end(eng, begun);
 }
 
 static void send_retry(qendpoint *ep, const ngtcp2_pkt_hd *hd, const struct sockaddr *from, socklen_t fromlen) {

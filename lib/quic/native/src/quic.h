@@ -397,9 +397,13 @@ struct qengine {
   uint64_t timer_at;
   /* counters */
   uint64_t c_sendmmsg, c_recvmmsg, c_tx_dgrams, c_rx_dgrams, c_runs, c_writes, c_polls;
-  /* Busy time: wall nanoseconds inside the engine's libuv callbacks, JavaScript excluded (a
-     monotonic clock read costs ~40 ns here; a thread-CPU clock read is a ~3 µs syscall). */
-  uint64_t busy_ns, js_ns;
+  /* Busy CPU: the thread's CPU nanoseconds inside the engine's libuv callbacks, JavaScript
+     excluded, kernel time of the engine's own syscalls included (engine.c: an estimate from a
+     random sample of the callbacks, as a thread-CPU clock read is a ~2 µs syscall here). */
+  uint64_t busy_ns;
+  uint64_t busy_js_ns;      /* thread CPU inside JavaScript during the sampled callback */
+  uint32_t busy_rng;        /* xorshift32 state choosing the sampled callbacks */
+  int busy_sampling;        /* inside a sampled callback */
   int shutting_down;
   /* live object counts (leak checks) */
   int64_t live_conns, live_streams, live_pending, live_chunks_bytes, live_dgrams, live_endpoints, live_creds;
