@@ -13,7 +13,7 @@
  *   previous one, after TRUST_CHANGE_GRACE_MS.
  */
 import { createHash } from 'node:crypto'
-import type { RunningTunnel, TunnelContext } from './tunnels.ts'
+import type { RunningTunnel, TunnelContext } from './tunnel-types.ts'
 import { QuicEngine, type TransportOptions } from '../lib/quic/engine.ts'
 import { clientCredentialsFor, ServerCredentials } from '../lib/quic/credentials.ts'
 import type { TlsState } from '../lib/tls/types.ts'

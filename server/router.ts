@@ -17,7 +17,8 @@ import { RegistrationForwarder } from '../lib/control-plane/registration-forward
 import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
 import { startTls } from './tls-wiring.ts'
 import { startPeers } from './peers-wiring.ts'
-import { startTunnel, type RunningTunnel } from './tunnels.ts'
+import { startTunnel } from './tunnels.ts'
+import type { RunningTunnel } from './tunnel-types.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
@@ -33,7 +34,7 @@ import { CloserStack } from './closer-stack.ts'
  * Of the second the shutdown has past the drain timeout, what is kept for the last log lines
  * and the exit (server/main.ts's watchdog ends the process at the full second).
  */
-export const SHUTDOWN_EXIT_MARGIN_MS = 200
+const SHUTDOWN_EXIT_MARGIN_MS = 200
 
 export interface RouterDeps {
   readonly logger: Logger

@@ -3,35 +3,9 @@
  * WebTransport, chosen by --tunnel-protocol. Both route by SNI through the same snapshot and
  * hostname template as registration, and take TLS material from the same manager.
  */
-import type { AddressInfo } from 'node:net'
-import type { Config } from '../lib/config/config.ts'
-import type { SnapshotReader } from '../lib/discovery/types.ts'
-import type { HostnameTemplate } from '../lib/routing/hostname-template.ts'
-import type { TlsMaterialManager } from '../lib/tls/manager.ts'
-import type { RouterMetrics } from '../lib/metrics/metrics.ts'
-import type { Logger } from '../lib/log.ts'
+import type { RunningTunnel, TunnelContext } from './tunnel-types.ts'
 import { startRawQuicTunnel } from './raw-quic-wiring.ts'
 import { startWebTransportTunnel } from './webtransport-wiring.ts'
-
-export interface TunnelContext {
-  readonly config: Config
-  readonly snapshot: SnapshotReader
-  readonly template: HostnameTemplate
-  readonly tls: TlsMaterialManager
-  readonly metrics: RouterMetrics
-  readonly logger: Logger
-}
-
-export interface RunningTunnel {
-  /** The UDP address (raw QUIC, or WebTransport over HTTP/3), when listening. */
-  readonly udp: AddressInfo | null
-  /** The TCP address (WebTransport over HTTP/2), when listening. */
-  readonly tcp: AddressInfo | null
-  /** Shutdown has begun: refuse new tunnels, keep relaying the open ones. */
-  stopAccepting (): void
-  /** Closes every tunnel with reason `router shutdown` and stops listening. Idempotent. */
-  close (): Promise<void>
-}
 
 export function startTunnel (context: TunnelContext): Promise<RunningTunnel> {
   return context.config.tunnelProtocol === 'raw-quic' ? startRawQuicTunnel(context) : startWebTransportTunnel(context)

@@ -18,7 +18,7 @@ import { QuicEngine } from '../lib/quic/engine.ts'
 import { clientCredentialsFor, ServerCredentials } from '../lib/quic/credentials.ts'
 import { followUpstreamTrust, upstreamSecureContext } from '../lib/tls/upstream-trust-consumer.ts'
 import { H3_CLOSE_REASONS, WebTransportH3Relay, type UpstreamQuicTrust } from '../lib/tunnel/webtransport-h3-relay.ts'
-import type { RunningTunnel, TunnelContext } from './tunnels.ts'
+import type { RunningTunnel, TunnelContext } from './tunnel-types.ts'
 import { resetSecretOf } from './raw-quic-wiring.ts'
 import { upstreamTrustFlags } from './tls-wiring.ts'
 

@@ -73,6 +73,11 @@ class Splice {
 
 // --- downstream (Pylon) events -------------------------------------------------------------
 
+/** openStream's callback: one module-level function, the splice as its context. */
+function onUpstreamOpen (splice: Splice, err: UpstreamConnectError | null, up: Up | null): void {
+  splice.forwarder.upstreamOpened(splice, err, up)
+}
+
 function onDownData (this: Down, chunk: Buffer): void {
   const splice = this[kSplice]
   if (splice === undefined || splice.up === null) return
@@ -263,12 +268,11 @@ export class RegistrationForwarder {
     // Nothing flows until the upstream stream exists; HTTP/2 flow control holds the Pylon.
     down.pause()
     down.on('close', onDownClose)
-    this.#options.pool.openStream(route.target, upstreamHeaders(rawHeaders, this.#options.upstreamScheme), (err, up) => {
-      this.#onUpstream(splice, err, up)
-    })
+    this.#options.pool.openStream(route.target, upstreamHeaders(rawHeaders, this.#options.upstreamScheme), splice, onUpstreamOpen)
   }
 
-  #onUpstream (splice: Splice, err: UpstreamConnectError | null, up: Up | null): void {
+  /** The pool's answer to openStream (through onUpstreamOpen). */
+  upstreamOpened (splice: Splice, err: UpstreamConnectError | null, up: Up | null): void {
     const down = splice.down
     if (err !== null) {
       // The pool's error carries the message of its code (GRPC_ERRORS, filled where it failed).

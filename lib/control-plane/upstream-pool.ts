@@ -51,8 +51,18 @@ export class UpstreamConnectError extends Error {
   }
 }
 
-type AcquireCallback = (err: UpstreamConnectError | null, pooled: PooledSession | null) => void
-export type OpenStreamCallback = (err: UpstreamConnectError | null, stream: ClientHttp2Stream | null) => void
+/**
+ * Called once per openStream with the caller's own context: the caller passes a module-level
+ * function and its per-stream state, so no closure is made per registration stream (issue 17).
+ */
+export type OpenStreamCallback<C> = (context: C, err: UpstreamConnectError | null, stream: ClientHttp2Stream | null) => void
+
+/** An openStream call waiting for its session's SETTINGS (plain data, no closure). */
+interface WaitingOpen {
+  readonly headers: OutgoingHttpHeaders | readonly string[]
+  readonly context: unknown
+  readonly callback: OpenStreamCallback<unknown>
+}
 
 interface PooledSession {
   readonly session: ClientHttp2Session
@@ -61,7 +71,7 @@ interface PooledSession {
   connected: boolean
   /** Streams opened through the pool and not yet closed. */
   active: number
-  waiters: AcquireCallback[]
+  waiters: WaitingOpen[]
   timer: NodeJS.Timeout | null
 }
 
@@ -104,39 +114,41 @@ export class UpstreamPool {
 
   /**
    * Opens a stream to the target on a pooled session: synchronously when a connected session
-   * with room exists, else after connecting. Errors are UpstreamConnectError.
+   * with room exists, else after connecting. Errors are UpstreamConnectError. `callback` gets
+   * `context` back as its first argument.
    */
-  openStream (target: PodTarget, headers: OutgoingHttpHeaders | readonly string[], callback: OpenStreamCallback): void {
-    this.#acquire(target, (err, pooled) => {
-      if (err !== null || pooled === null) {
-        callback(err, null)
-        return
-      }
-      let stream: PooledStream
-      try {
-        stream = pooled.session.request(headers, { endStream: false })
-      } catch (cause) {
-        // request() validates the header list before anything is sent: a Pylon's two
-        // content-type fields or a connection header are the request's fault, not the pod's.
-        const code = (cause as NodeJS.ErrnoException).code ?? ''
-        if (code.startsWith('ERR_HTTP2_') || code === 'ERR_INVALID_CHAR' || code === 'ERR_INVALID_HTTP_TOKEN') {
-          callback(new UpstreamConnectError('invalid_request', pooled.key, grpcError('invalid_request', { code }).message, cause), null)
-        } else {
-          callback(new UpstreamConnectError('connect_failed', pooled.key, grpcError('connect_failed', { cause: (cause as Error).message }).message, cause), null)
-        }
-        return
-      }
-      pooled.active++
-      stream[kPooled] = pooled
-      stream.once('close', onPooledStreamClose)
-      callback(null, stream)
-    })
+  openStream<C> (target: PodTarget, headers: OutgoingHttpHeaders | readonly string[], context: C, callback: OpenStreamCallback<C>): void {
+    const pooled = this.#acquire(target)
+    if (pooled instanceof UpstreamConnectError) callback(context, pooled, null)
+    else if (!pooled.connected) pooled.waiters.push({ headers, context, callback: callback as OpenStreamCallback<unknown> })
+    else this.#request(pooled, headers, context, callback)
   }
 
-  #acquire (target: PodTarget, callback: AcquireCallback): void {
-    if (this.#closed) {
-      callback(new UpstreamConnectError('connect_failed', keyOf(target), grpcError('connect_failed', { cause: GRPC_ERRORS.shutting_down.message }).message), null)
+  #request<C> (pooled: PooledSession, headers: OutgoingHttpHeaders | readonly string[], context: C, callback: OpenStreamCallback<C>): void {
+    let stream: PooledStream
+    try {
+      stream = pooled.session.request(headers, { endStream: false })
+    } catch (cause) {
+      // request() validates the header list before anything is sent: a Pylon's two
+      // content-type fields or a connection header are the request's fault, not the pod's.
+      const code = (cause as NodeJS.ErrnoException).code ?? ''
+      if (code.startsWith('ERR_HTTP2_') || code === 'ERR_INVALID_CHAR' || code === 'ERR_INVALID_HTTP_TOKEN') {
+        callback(context, new UpstreamConnectError('invalid_request', pooled.key, grpcError('invalid_request', { code }).message, cause), null)
+      } else {
+        callback(context, new UpstreamConnectError('connect_failed', pooled.key, grpcError('connect_failed', { cause: (cause as Error).message }).message, cause), null)
+      }
       return
+    }
+    pooled.active++
+    stream[kPooled] = pooled
+    stream.once('close', onPooledStreamClose)
+    callback(context, null, stream)
+  }
+
+  /** A connected session with room, a connecting one to wait for, or why there is none. */
+  #acquire (target: PodTarget): PooledSession | UpstreamConnectError {
+    if (this.#closed) {
+      return new UpstreamConnectError('connect_failed', keyOf(target), grpcError('connect_failed', { cause: GRPC_ERRORS.shutting_down.message }).message)
     }
     const key = keyOf(target)
     const list = this.#sessions.get(key)
@@ -144,19 +156,12 @@ export class UpstreamPool {
     if (list !== undefined) {
       for (const pooled of list) {
         if (pooled.generation !== generation || pooled.session.closed || pooled.session.destroyed) continue
-        if (!pooled.connected) {
-          pooled.waiters.push(callback)
-          return
-        }
+        if (!pooled.connected) return pooled
         const max = pooled.session.remoteSettings.maxConcurrentStreams ?? 0xffffffff
-        if (pooled.active < max) {
-          callback(null, pooled)
-          return
-        }
+        if (pooled.active < max) return pooled
       }
     }
-    const pooled = this.#connect(target, key)
-    pooled.waiters.push(callback)
+    return this.#connect(target, key)
   }
 
   /** Closes sessions (gracefully) whose target is not in the snapshot at that address any more. */
@@ -239,7 +244,7 @@ export class UpstreamPool {
       pooled.connected = true
       const waiters = pooled.waiters
       pooled.waiters = []
-      for (const waiter of waiters) waiter(null, pooled)
+      for (const waiter of waiters) this.#request(pooled, waiter.headers, waiter.context, waiter.callback)
     })
     session.on('error', (err: NodeJS.ErrnoException) => {
       if (!pooled.connected) {
@@ -261,7 +266,7 @@ export class UpstreamPool {
     pooled.waiters = []
     this.#forget(pooled)
     pooled.session.destroy()
-    for (const waiter of waiters) waiter(err, null)
+    for (const waiter of waiters) waiter.callback(waiter.context, err, null)
   }
 
   #forget (pooled: PooledSession): void {
@@ -277,7 +282,7 @@ export class UpstreamPool {
       const waiters = pooled.waiters
       pooled.waiters = []
       const err = new UpstreamConnectError('connect_failed', pooled.key, grpcError('connect_failed', { cause: 'session closed before connecting' }).message)
-      for (const waiter of waiters) waiter(err, null)
+      for (const waiter of waiters) waiter.callback(waiter.context, err, null)
     }
   }
 

@@ -3,8 +3,7 @@
  * to the observations it makes about pods. Pure; no I/O.
  */
 import { isIP } from 'node:net'
-import type { PodTarget, PortNames } from './types.ts'
-import { formatHost } from '../host-port.ts'
+import { podTarget, type PodTarget, type PortNames } from './types.ts'
 import { isRoutableIdentity } from '../routing/hostname-template.ts'
 
 /** Bounded label values of stargate_k8s_router_endpointslice_skipped_total. */
@@ -110,20 +109,8 @@ export function parseEndpointSlice (raw: unknown, ports: PortNames): ParsedSlice
     const address = Array.isArray(endpoint.addresses) ? endpoint.addresses[0] : undefined
     if (typeof address !== 'string' || isIP(address) !== ipVersion) { skipped.push('no_address'); continue }
     if (!isReady(endpoint)) { observations.push({ identity, target: null }); continue }
-    observations.push({
-      identity,
-      target: {
-        identity,
-        namespace,
-        address,
-        host: formatHost(address),
-        grpcPort,
-        quicPort,
-        httpPort,
-        nodeName: asString(endpoint.nodeName),
-        zone: asString(endpoint.zone),
-      },
-    })
+    const target = podTarget({ identity, namespace, address, grpcPort, quicPort, httpPort, nodeName: asString(endpoint.nodeName), zone: asString(endpoint.zone) })
+    observations.push({ identity, target })
   }
   return { observations, skipped }
 }

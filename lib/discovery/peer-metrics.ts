@@ -3,9 +3,8 @@
  * (`RouterMetrics extends PeerMetrics`, spread in by createMetrics). They exist, at zero,
  * whether or not the feature is on, so dashboards and alerts need no special case.
  */
-import { Counter, Gauge, type Registry } from 'prom-client'
-
-const PREFIX = 'stargate_k8s_router_'
+import type { Counter, Gauge, Registry } from 'prom-client'
+import { defineMetrics } from '../metrics/define.ts'
 
 /**
  * Why one read of a peer's /debug/snapshot failed; bounded label values of
@@ -33,30 +32,11 @@ export interface PeerMetrics {
 }
 
 export function createPeerMetrics (registry: Registry): PeerMetrics {
-  const registers = [registry]
-  const metrics: PeerMetrics = {
-    peers: new Gauge({
-      name: PREFIX + 'peers',
-      help: 'Other router replicas in the peer set (ready endpoints of --peer-service, or --peers-file), this replica excluded',
-      registers,
-    }),
-    peerSnapshotDivergent: new Gauge({
-      name: PREFIX + 'peer_snapshot_divergent',
-      help: 'Peers whose Stargate snapshot digest has differed from ours for longer than --peer-divergence-grace-ms',
-      registers,
-    }),
-    peerCheckErrors: new Counter({
-      name: PREFIX + 'peer_check_errors_total',
-      help: 'Failed reads of a peer\'s /debug/snapshot, by reason (unreachable, timeout, http_status, invalid_response, too_large); errors are not divergence',
-      labelNames: ['reason'] as const,
-      registers,
-    }),
-    peerWatchRestarts: new Counter({
-      name: PREFIX + 'peer_watch_restarts_total',
-      help: 'Restarts of the EndpointSlice list/watch of --peer-service after an error',
-      registers,
-    }),
+  const define = defineMetrics(registry)
+  return {
+    peers: define.gauge('peers', 'Other router replicas in the peer set (ready endpoints of --peer-service, or --peers-file), this replica excluded'),
+    peerSnapshotDivergent: define.gauge('peer_snapshot_divergent', 'Peers whose Stargate snapshot digest has differed from ours for longer than --peer-divergence-grace-ms'),
+    peerCheckErrors: define.counter('peer_check_errors_total', 'Failed reads of a peer\'s /debug/snapshot, by reason (unreachable, timeout, http_status, invalid_response, too_large); errors are not divergence', { reason: PEER_CHECK_ERROR_REASONS }),
+    peerWatchRestarts: define.counter('peer_watch_restarts_total', 'Restarts of the EndpointSlice list/watch of --peer-service after an error'),
   }
-  for (const reason of PEER_CHECK_ERROR_REASONS) metrics.peerCheckErrors.labels(reason).inc(0)
-  return metrics
 }

@@ -1,5 +1,7 @@
 /** The contract between discovery and everything that routes (SPEC §3). */
 
+import { formatHost } from '../host-port.ts'
+
 export interface PodTarget {
   /** Pod name (from the EndpointSlice Pod targetRef); never derived from an IP. */
   readonly identity: string
@@ -13,6 +15,11 @@ export interface PodTarget {
   readonly httpPort: number | null
   readonly nodeName: string | null
   readonly zone: string | null
+}
+
+/** A target as every source builds it: `host` is always the address made ready for `host:port`. */
+export function podTarget (fields: Omit<PodTarget, 'host'>): PodTarget {
+  return { ...fields, host: formatHost(fields.address) }
 }
 
 export interface TargetSnapshot {

@@ -3,9 +3,8 @@
  * an accept error, connections closed by a timeout, and what is open now. Labels are bounded
  * tables below; every series exists from the start at 0.
  */
-import { Counter, Gauge, type Registry } from 'prom-client'
-
-const PREFIX = 'stargate_k8s_router_'
+import type { Counter, Gauge, Registry } from 'prom-client'
+import { defineMetrics } from './define.ts'
 
 const LISTENERS = ['front_door', 'health'] as const
 
@@ -22,27 +21,10 @@ export interface LimitMetrics {
 }
 
 export function createLimitMetrics (registry: Registry): LimitMetrics {
-  const registers = [registry]
-  const metrics: LimitMetrics = {
-    connectionsRefused: new Counter({
-      name: PREFIX + 'connections_refused_total',
-      help: 'Inbound TCP connections closed at accept, by listener and reason (max_connections: over the listener\'s cap; accept_error: e.g. EMFILE, the listener keeps serving)',
-      labelNames: ['listener', 'reason'] as const,
-      registers,
-    }),
-    connectionsTimedOut: new Counter({
-      name: PREFIX + 'front_door_connections_timed_out_total',
-      help: 'Front-door connections closed by a timeout, by reason (headers_timeout: request head not received in time; keep_alive_timeout: idle HTTP/1.1; http2_idle_timeout: HTTP/2 session without streams, GOAWAY; tls_handshake_timeout)',
-      labelNames: ['reason'] as const,
-      registers,
-    }),
-    frontDoorConnections: new Gauge({
-      name: PREFIX + 'front_door_connections',
-      help: 'Open front-door TCP connections (the cap is --front-door-max-connections)',
-      registers,
-    }),
+  const define = defineMetrics(registry)
+  return {
+    connectionsRefused: define.counter('connections_refused_total', 'Inbound TCP connections closed at accept, by listener and reason (max_connections: over the listener\'s cap; accept_error: e.g. EMFILE, the listener keeps serving)', { listener: LISTENERS, reason: REFUSE_REASONS }),
+    connectionsTimedOut: define.counter('front_door_connections_timed_out_total', 'Front-door connections closed by a timeout, by reason (headers_timeout: request head not received in time; keep_alive_timeout: idle HTTP/1.1; http2_idle_timeout: HTTP/2 session without streams, GOAWAY; tls_handshake_timeout)', { reason: TIMEOUT_REASONS }),
+    frontDoorConnections: define.gauge('front_door_connections', 'Open front-door TCP connections (the cap is --front-door-max-connections)'),
   }
-  for (const listener of LISTENERS) for (const reason of REFUSE_REASONS) metrics.connectionsRefused.labels(listener, reason).inc(0)
-  for (const reason of TIMEOUT_REASONS) metrics.connectionsTimedOut.labels(reason).inc(0)
-  return metrics
 }

@@ -15,8 +15,7 @@
 import { encodeAlpn } from './alpn.ts'
 import type { QuicConnection } from './connection.ts'
 import type { ServerCredentials } from './credentials.ts'
-import type { QuicEngine, TransportOptions } from './engine.ts'
-import type { NativeEndpointStats, NativeProposal } from './native.ts'
+import type { NativeEndpointStats, NativeProposal, NativeQuic, NativeTransport as TransportOptions } from './native.ts'
 
 /** Transport error APPLICATION_ERROR: RFC 9000 §10.2.3 makes an application close sent before
     the handshake completes (in an Initial packet) this code, the reason kept. */
@@ -103,16 +102,28 @@ export class QuicProposal {
   }
 }
 
+/**
+ * What an endpoint needs of the engine that owns it (QuicEngine implements it). Declared here
+ * so that endpoint.ts does not import engine.ts, which creates endpoints (issue 17: no cycle).
+ */
+export interface EndpointEngine {
+  readonly native: NativeQuic
+  /** Takes a connection accepted on this endpoint into the engine's event dispatch. */
+  adopt: (conn: QuicConnection) => void
+  forgetEndpoint: (endpoint: QuicEndpoint) => void
+  newConnection: (id: number, remoteAddress: string, remotePort: number, serverName: string | null) => QuicConnection
+}
+
 export class QuicEndpoint {
   readonly id: number
   readonly address: string
   readonly port: number
-  readonly #engine: QuicEngine
+  readonly #engine: EndpointEngine
   readonly #onProposal: (proposal: QuicProposal) => void
   readonly #pending = new Map<number, QuicProposal>()
   #closed = false
 
-  constructor (engine: QuicEngine, options: QuicListenOptions) {
+  constructor (engine: EndpointEngine, options: QuicListenOptions) {
     this.#engine = engine
     this.#onProposal = options.onProposal
     const [id, address, port] = engine.native.listen(options.host, options.port, {

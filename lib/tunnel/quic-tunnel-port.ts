@@ -18,6 +18,9 @@ import type { Counter } from 'prom-client'
 import type { Logger } from '../log.ts'
 import type { SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { QuicCloseInfo } from '../quic/connection.ts'
+import type { QuicEngine } from '../quic/engine.ts'
+import type { ServerCredentials } from '../quic/credentials.ts'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { handshakeFailure } from '../quic/handshake-failure.ts'
 import type { HandshakeFailureLabel } from './raw-quic-metrics.ts'
 import { QUIC_CLOSE_REASONS, type QuicCloseCode } from './errors.ts'
@@ -26,6 +29,22 @@ import { QUIC_CLOSE_REASONS, type QuicCloseCode } from './errors.ts'
 export const TUNNEL_CLOSE_REASONS: { readonly [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] } = Object.fromEntries(
   Object.entries(QUIC_CLOSE_REASONS).map(([code, { reason }]) => [code, reason])
 ) as { [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] }
+
+/** What both relays of the tunnel port (raw QUIC, WebTransport over HTTP/3) are built with. */
+export interface TunnelPortRelayOptions {
+  readonly engine: QuicEngine
+  readonly snapshot: SnapshotReader
+  /** Matches the SNI of a Pylon's Initial to a target identity. */
+  readonly template: HostnameTemplate
+  /** The identity new Pylon connections get (the current one; hot reload swaps it; null: every connection refused). */
+  readonly serverCredentials: () => ServerCredentials | null
+  /** Time for the leg to the pod to complete its handshake. */
+  readonly connectTimeoutMs: number
+  /** How long a tunnel outlives its pod leaving the ready set. */
+  readonly drainGraceMs: number
+  /** Its refusal lines are rate-limited per reason by the logger (lib/log.ts). */
+  readonly logger: Logger
+}
 
 export interface HandshakeFailureLogOptions {
   /** quic_handshake_failures_total; null counts nothing (unit tests of a relay). */

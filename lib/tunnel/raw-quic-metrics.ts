@@ -7,10 +7,9 @@
  * Relayed bytes are counted by the relay in plain numbers on the hot path and read at
  * scrape time (no label lookup per chunk).
  */
-import { Counter, Gauge, type Registry } from 'prom-client'
+import type { Counter, Gauge, Registry } from 'prom-client'
+import { collectTotals, defineMetrics } from '../metrics/define.ts'
 import { HANDSHAKE_FAILURE_REASONS } from '../quic/handshake-failure.ts'
-
-const PREFIX = 'stargate_k8s_router_'
 
 const QUIC_OUTCOMES = ['accepted', 'missing_sni', 'unknown_sni', 'target_unavailable', 'completed', 'relay_error'] as const
 export type QuicOutcome = typeof QUIC_OUTCOMES[number]
@@ -88,127 +87,59 @@ export interface RawQuicMetrics {
 }
 
 export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
-  const registers = [registry]
-  let source: (() => RelayedBytes) | null = null
+  const define = defineMetrics(registry)
+  let relayed: (() => RelayedBytes) | null = null
   let endpoint: (() => EndpointCounts) | null = null
-  const reported = { clientToStargate: 0, stargateToClient: 0 }
-  const reportedDrops: Record<DropReason, number> = { malformed: 0, unknown_connection: 0, connection_limit: 0, invalid_token: 0, pending_limit: 0, closing: 0 }
-  const reportedStateless: Record<StatelessPacket, number> = { retry: 0, stateless_reset: 0, version_negotiation: 0 }
   let engineIo: (() => EngineIo) | null = null
-  const reportedIo = { sendCalls: 0, recvCalls: 0, txDatagrams: 0, rxDatagrams: 0, busyNs: 0 }
-  const advance = (counter: Counter<string>, label: Record<string, string>, key: keyof typeof reportedIo, now: number): void => {
-    counter.labels(label).inc(Math.max(0, now - reportedIo[key]))
-    reportedIo[key] = Math.max(reportedIo[key], now)
-  }
-  const metrics: RawQuicMetrics = {
-    quicConnections: new Counter({
-      name: PREFIX + 'quic_connections_total',
-      help: 'Raw QUIC tunnel connections by outcome: accepted (routed by SNI), missing_sni, unknown_sni, target_unavailable, then completed or relay_error for each accepted one',
-      labelNames: ['outcome'] as const,
-      registers,
-    }),
-    quicRelayConnectionsActive: new Gauge({
-      name: PREFIX + 'quic_relay_connections_active',
-      help: 'Raw QUIC tunnels being relayed right now (client leg accepted and routed, until either leg closes)',
-      registers,
-    }),
-    quicRelayedBytes: new Counter({
-      name: PREFIX + 'quic_relayed_bytes_total',
-      help: 'Stream and datagram payload bytes relayed by raw QUIC tunnels, by direction (client_to_stargate, stargate_to_client)',
-      labelNames: ['direction'] as const,
-      registers,
-      collect () {
-        if (source === null) return
-        const now = source()
-        this.labels('client_to_stargate').inc(Math.max(0, now.clientToStargate - reported.clientToStargate))
-        this.labels('stargate_to_client').inc(Math.max(0, now.stargateToClient - reported.stargateToClient))
-        reported.clientToStargate = Math.max(reported.clientToStargate, now.clientToStargate)
-        reported.stargateToClient = Math.max(reported.stargateToClient, now.stargateToClient)
-      },
-    }),
-    quicEndpointConnections: new Gauge({
-      name: PREFIX + 'quic_endpoint_connections',
-      help: 'QUIC connections on the tunnel port (handshaking, relaying or closing); bounded by --quic-max-connections',
-      registers,
-      collect () { if (endpoint !== null) this.set(endpoint().connections) },
-    }),
-    quicEndpointHalfOpen: new Gauge({
-      name: PREFIX + 'quic_endpoint_half_open',
-      help: 'QUIC handshakes in progress on the tunnel port (Initials waiting for routing included); above --quic-retry-threshold every new client is sent a Retry first',
-      registers,
-      collect () { if (endpoint !== null) this.set(endpoint().halfOpen) },
-    }),
-    quicStatelessPackets: new Counter({
-      name: PREFIX + 'quic_stateless_packets_total',
-      help: 'Packets the tunnel port answered without connection state, by type: retry (address validation under load or --quic-retry), stateless_reset (a packet for a connection it does not know), version_negotiation',
-      labelNames: ['type'] as const,
-      registers,
-      collect () {
-        if (endpoint === null) return
-        const now = endpoint().stateless
-        for (const type of STATELESS_PACKETS) {
-          this.labels(type).inc(Math.max(0, now[type] - reportedStateless[type]))
-          reportedStateless[type] = Math.max(reportedStateless[type], now[type])
-        }
-      },
-    }),
-    quicHandshakeFailures: new Counter({
-      name: PREFIX + 'quic_handshake_failures_total',
-      help: 'QUIC handshakes on the tunnel port (raw QUIC, or WebTransport over HTTP/3) refused or failed, by reason: missing_sni, unknown_sni, target_unavailable (refused from the Initial), alpn, certificate, client_certificate, timeout, tls, protocol, peer_refused, unreachable (the Pylon leg), and the same prefixed upstream_ for the leg to the pod',
-      labelNames: ['reason'] as const,
-      registers,
-    }),
-    quicEngineSyscalls: new Counter({
-      name: PREFIX + 'quic_engine_syscalls_total',
-      help: 'Socket calls of the QUIC engine (all its UDP sockets: tunnel port and pod legs), by call: send (sendmmsg, each sending a batch, with UDP GSO where the kernel takes it), recv (recvmmsg, with UDP GRO)',
-      labelNames: ['call'] as const,
-      registers,
-      collect () {
-        if (engineIo === null) return
-        const now = engineIo()
-        advance(this, { call: 'send' }, 'sendCalls', now.sendCalls)
-        advance(this, { call: 'recv' }, 'recvCalls', now.recvCalls)
-      },
-    }),
-    quicEngineDatagrams: new Counter({
-      name: PREFIX + 'quic_engine_datagrams_total',
-      help: 'UDP datagrams the QUIC engine sent (tx) and received (rx) on all its sockets',
-      labelNames: ['direction'] as const,
-      registers,
-      collect () {
-        if (engineIo === null) return
-        const now = engineIo()
-        advance(this, { direction: 'tx' }, 'txDatagrams', now.txDatagrams)
-        advance(this, { direction: 'rx' }, 'rxDatagrams', now.rxDatagrams)
-      },
-    }),
-    quicEngineCpuSeconds: new Counter({
-      name: PREFIX + 'quic_engine_cpu_seconds_total',
-      help: 'CPU time of the QUIC engine in its native event-loop callbacks (packet I/O and its syscalls, ngtcp2, TLS, native splice and datagram bridge), JavaScript excluded: the thread CPU clock read around a random 1 in 16 of the callbacks, scaled up (an estimate; over a bulk transfer within a few per cent)',
-      registers,
-      collect () {
+  let busyNsReported = 0
+  return {
+    quicConnections: define.counter('quic_connections_total', 'Raw QUIC tunnel connections by outcome: accepted (routed by SNI), missing_sni, unknown_sni, target_unavailable, then completed or relay_error for each accepted one', { outcome: QUIC_OUTCOMES }),
+    quicRelayConnectionsActive: define.gauge('quic_relay_connections_active', 'Raw QUIC tunnels being relayed right now (client leg accepted and routed, until either leg closes)'),
+    quicRelayedBytes: define.counter(
+      'quic_relayed_bytes_total',
+      'Stream and datagram payload bytes relayed by raw QUIC tunnels, by direction (client_to_stargate, stargate_to_client)',
+      { direction: RELAY_DIRECTIONS },
+      collectTotals('direction', readingOf(() => relayed, (bytes) => ({ client_to_stargate: bytes.clientToStargate, stargate_to_client: bytes.stargateToClient })))),
+    quicEndpointConnections: define.gauge(
+      'quic_endpoint_connections',
+      'QUIC connections on the tunnel port (handshaking, relaying or closing); bounded by --quic-max-connections',
+      {}, function () { if (endpoint !== null) this.set(endpoint().connections) }),
+    quicEndpointHalfOpen: define.gauge(
+      'quic_endpoint_half_open',
+      'QUIC handshakes in progress on the tunnel port (Initials waiting for routing included); above --quic-retry-threshold every new client is sent a Retry first',
+      {}, function () { if (endpoint !== null) this.set(endpoint().halfOpen) }),
+    quicStatelessPackets: define.counter(
+      'quic_stateless_packets_total',
+      'Packets the tunnel port answered without connection state, by type: retry (address validation under load or --quic-retry), stateless_reset (a packet for a connection it does not know), version_negotiation',
+      { type: STATELESS_PACKETS },
+      collectTotals('type', readingOf(() => endpoint, (counts) => counts.stateless))),
+    quicHandshakeFailures: define.counter('quic_handshake_failures_total', 'QUIC handshakes on the tunnel port (raw QUIC, or WebTransport over HTTP/3) refused or failed, by reason: missing_sni, unknown_sni, target_unavailable (refused from the Initial), alpn, certificate, client_certificate, timeout, tls, protocol, peer_refused, unreachable (the Pylon leg), and the same prefixed upstream_ for the leg to the pod', { reason: HANDSHAKE_FAILURES }),
+    quicEngineSyscalls: define.counter(
+      'quic_engine_syscalls_total',
+      'Socket calls of the QUIC engine (all its UDP sockets: tunnel port and pod legs), by call: send (sendmmsg, each sending a batch, with UDP GSO where the kernel takes it), recv (recvmmsg, with UDP GRO)',
+      { call: ['send', 'recv'] },
+      collectTotals('call', readingOf(() => engineIo, (io) => ({ send: io.sendCalls, recv: io.recvCalls })))),
+    quicEngineDatagrams: define.counter(
+      'quic_engine_datagrams_total',
+      'UDP datagrams the QUIC engine sent (tx) and received (rx) on all its sockets',
+      { direction: ['tx', 'rx'] },
+      collectTotals('direction', readingOf(() => engineIo, (io) => ({ tx: io.txDatagrams, rx: io.rxDatagrams })))),
+    quicEngineCpuSeconds: define.counter(
+      'quic_engine_cpu_seconds_total',
+      'CPU time of the QUIC engine in its native event-loop callbacks (packet I/O and its syscalls, ngtcp2, TLS, native splice and datagram bridge), JavaScript excluded: the thread CPU clock read around a random 1 in 16 of the callbacks, scaled up (an estimate; over a bulk transfer within a few per cent)',
+      {}, function () {
         if (engineIo === null) return
         const now = engineIo().busyNs
-        this.inc(Math.max(0, now - reportedIo.busyNs) / 1e9)
-        reportedIo.busyNs = Math.max(reportedIo.busyNs, now)
-      },
-    }),
-    quicDatagramsDropped: new Counter({
-      name: PREFIX + 'quic_datagrams_dropped_total',
-      help: 'Datagrams the tunnel port dropped before they reached a connection, by reason (malformed, unknown_connection, connection_limit, invalid_token, pending_limit, closing)',
-      labelNames: ['reason'] as const,
-      registers,
-      collect () {
-        if (endpoint === null) return
-        const now = endpoint().dropped
-        for (const reason of DROP_REASONS) {
-          this.labels(reason).inc(Math.max(0, now[reason] - reportedDrops[reason]))
-          reportedDrops[reason] = Math.max(reportedDrops[reason], now[reason])
-        }
-      },
-    }),
+        if (now > busyNsReported) this.inc((now - busyNsReported) / 1e9)
+        busyNsReported = Math.max(busyNsReported, now)
+      }),
+    quicDatagramsDropped: define.counter(
+      'quic_datagrams_dropped_total',
+      'Datagrams the tunnel port dropped before they reached a connection, by reason (malformed, unknown_connection, connection_limit, invalid_token, pending_limit, closing)',
+      { reason: DROP_REASONS },
+      collectTotals('reason', readingOf(() => endpoint, (counts) => counts.dropped))),
     setRelayedBytesSource (fn: () => RelayedBytes): void {
-      source = fn
+      relayed = fn
     },
     setEndpointSource (fn: () => EndpointCounts): void {
       endpoint = fn
@@ -217,12 +148,15 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
       engineIo = fn
     },
   }
-  for (const reason of DROP_REASONS) metrics.quicDatagramsDropped.labels(reason).inc(0)
-  for (const type of STATELESS_PACKETS) metrics.quicStatelessPackets.labels(type).inc(0)
-  for (const reason of HANDSHAKE_FAILURES) metrics.quicHandshakeFailures.labels(reason).inc(0)
-  for (const call of ['send', 'recv']) metrics.quicEngineSyscalls.labels(call).inc(0)
-  for (const direction of ['tx', 'rx']) metrics.quicEngineDatagrams.labels(direction).inc(0)
-  for (const outcome of QUIC_OUTCOMES) metrics.quicConnections.labels(outcome).inc(0)
-  for (const direction of RELAY_DIRECTIONS) metrics.quicRelayedBytes.labels(direction).inc(0)
-  return metrics
+}
+
+/**
+ * Totals by label value from a scrape-time source that may not be attached yet (`current`
+ * returns the source as it is at scrape time, null before set*Source).
+ */
+function readingOf<T> (current: () => (() => T) | null, pick: (value: T) => Readonly<Record<string, number>>): () => Readonly<Record<string, number>> | null {
+  return () => {
+    const source = current()
+    return source === null ? null : pick(source())
+  }
 }

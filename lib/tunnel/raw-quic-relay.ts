@@ -26,17 +26,14 @@
  * handshake is counted by reason and logged once per reason per minute.
  */
 import { X509Certificate } from 'node:crypto'
-import type { Logger } from '../log.ts'
-import type { SnapshotReader } from '../discovery/types.ts'
 import type { TrustBundle } from '../tls/types.ts'
 import { untrustedConnections } from '../tls/trust-policy.ts'
-import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
-import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRelayOptions } from './quic-tunnel-port.ts'
 import { resolveSni } from '../routing/resolve.ts'
-import type { QuicEngine, TransportOptions } from '../quic/engine.ts'
+import type { TransportOptions } from '../quic/engine.ts'
 import type { QuicCloseInfo, QuicConnection } from '../quic/connection.ts'
 import type { QuicProposal } from '../quic/endpoint.ts'
-import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
+import type { ClientCredentials } from '../quic/credentials.ts'
 import type { QuicStream, QuicStreamHandler } from '../quic/stream.ts'
 import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './raw-quic-metrics.ts'
 import { fillMessage } from '../error-catalogue.ts'
@@ -50,22 +47,12 @@ export interface UpstreamCredentials {
   readonly generation: number
 }
 
-export interface RawQuicRelayOptions {
-  readonly engine: QuicEngine
-  readonly snapshot: SnapshotReader
-  readonly template: HostnameTemplate
-  /** The identity new Pylon connections get (the current one; hot reload swaps it). */
-  readonly serverCredentials: () => ServerCredentials | null
+export interface RawQuicRelayOptions extends TunnelPortRelayOptions {
   /** How to verify pods (the current upstream trust). */
   readonly upstreamCredentials: () => UpstreamCredentials
   /** Transport of both legs (idle timeout, keep-alive). */
   readonly transport: TransportOptions
-  readonly connectTimeoutMs: number
-  /** How long a tunnel outlives its pod leaving the ready set. */
-  readonly drainGraceMs: number
   readonly metrics: RawQuicMetrics
-  /** Its refusal lines are rate-limited per reason by the logger (lib/log.ts). */
-  readonly logger: Logger
 }
 
 type Leg = 'client' | 'upstream'

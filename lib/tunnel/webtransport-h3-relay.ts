@@ -16,20 +16,17 @@
  * shutdown (`router shutdown` on every session, then the connections).
  */
 import { X509Certificate } from 'node:crypto'
-import type { QuicEngine } from '../quic/engine.ts'
 import type { QuicConnection } from '../quic/connection.ts'
-import type { ClientCredentials, ServerCredentials } from '../quic/credentials.ts'
+import type { ClientCredentials } from '../quic/credentials.ts'
 import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../quic/endpoint.ts'
 import type { QuicH3Options } from '../quic/h3/quic-h3.ts'
-import type { PodTarget, SnapshotReader } from '../discovery/types.ts'
-import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import type { PodTarget } from '../discovery/types.ts'
 import { resolveSni } from '../routing/resolve.ts'
-import type { Logger } from '../log.ts'
 import type { TrustBundle } from '../tls/types.ts'
 import { untrustedConnections } from '../tls/trust-policy.ts'
 import type { QuicCloseInfo } from '../quic/connection.ts'
 import type { RawQuicMetrics } from './raw-quic-metrics.ts'
-import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
+import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRelayOptions } from './quic-tunnel-port.ts'
 import { REJECTIONS, type RejectionCode } from './webtransport-connect.ts'
 import type { WebTransportMetrics } from './webtransport-metrics.ts'
 import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './webtransport-h3-tunnel.ts'
@@ -47,20 +44,13 @@ export interface UpstreamQuicTrust {
   readonly key: string
 }
 
-export interface WebTransportH3RelayOptions {
-  readonly engine: QuicEngine
+export interface WebTransportH3RelayOptions extends TunnelPortRelayOptions {
   readonly host: string
   readonly port: number
-  readonly snapshot: SnapshotReader
-  readonly template: HostnameTemplate
-  /** Credentials for new Pylon connections (null: no identity, every connection refused). */
-  readonly serverCredentials: () => ServerCredentials | null
   readonly upstreamTrust: () => UpstreamQuicTrust
-  readonly connectTimeoutMs: number
   readonly idleTimeoutMs: number
   /** 0 disables keep-alive PINGs. */
   readonly keepAliveMs: number
-  readonly drainGraceMs: number
   /** Sessions (waiting for the pod or bridged) at once. */
   readonly maxSessions: number
   /** The HTTP/3 max-sessions setting offered to Pylons (at most 1: one session per connection). */
@@ -72,7 +62,6 @@ export interface WebTransportH3RelayOptions {
   readonly metrics: WebTransportMetrics
   /** The tunnel port's QUIC handshake failures, counted as for raw QUIC (issue 15). */
   readonly handshakeFailures?: RawQuicMetrics['quicHandshakeFailures'] | null
-  readonly logger: Logger
 }
 
 export class WebTransportH3Relay implements TunnelHost {

@@ -11,9 +11,8 @@
  * createWebTransportMetrics is idempotent per registry: the composition root and the relay
  * wiring may both ask for it and share one set.
  */
-import { Counter, Gauge, type Registry } from 'prom-client'
-
-const PREFIX = 'stargate_k8s_router_'
+import type { Counter, Gauge, Registry } from 'prom-client'
+import { defineMetrics } from '../metrics/define.ts'
 
 export const WEBTRANSPORT_OUTCOMES = [
   'accepted', 'missing_sni', 'unknown_sni', 'target_unavailable', 'invalid_connect',
@@ -42,35 +41,16 @@ const byRegistry = new WeakMap<Registry, WebTransportMetrics>()
 export function createWebTransportMetrics (registry: Registry): WebTransportMetrics {
   const existing = byRegistry.get(registry)
   if (existing !== undefined) return existing
-  const registers = [registry]
+  const define = defineMetrics(registry)
   const metrics: WebTransportMetrics = {
-    sessions: new Counter({
-      name: PREFIX + 'webtransport_sessions_total',
-      help: 'WebTransport session requests by outcome: rejections (invalid_connect, missing_sni, unknown_sni, target_unavailable), accepted once SNI routing succeeded (before the upstream session), then upstream_connect_error, upstream_rejected, or how a bridged session ended (completed, relay_error, trust_replaced)',
-      labelNames: ['outcome'] as const,
-      registers,
-    }),
-    activeSessions: new Gauge({
-      name: PREFIX + 'webtransport_sessions_active',
-      help: 'WebTransport sessions currently bridged to a Stargate pod',
-      registers,
-    }),
-    bridgedBytes: new Counter({
-      name: PREFIX + 'webtransport_bridged_bytes_total',
-      help: 'Bytes relayed on bridged WebTransport sessions (capsules of the CONNECT stream), by direction (to_upstream, to_downstream)',
-      labelNames: ['direction'] as const,
-      registers,
-    }),
-    sessionsRefused: new Counter({
-      name: PREFIX + 'webtransport_sessions_refused_total',
-      help: 'WebTransport session requests refused by a session cap: connection_limit (--webtransport-max-sessions-per-connection), total_limit (--webtransport-max-sessions)',
-      labelNames: ['reason'] as const,
-      registers,
-    }),
+    sessions: define.counter('webtransport_sessions_total', 'WebTransport session requests by outcome: rejections (invalid_connect, missing_sni, unknown_sni, target_unavailable), accepted once SNI routing succeeded (before the upstream session), then upstream_connect_error, upstream_rejected, or how a bridged session ended (completed, relay_error, trust_replaced)', { outcome: WEBTRANSPORT_OUTCOMES }),
+    activeSessions: define.gauge('webtransport_sessions_active', 'WebTransport sessions currently bridged to a Stargate pod'),
+    bridgedBytes: define.counter('webtransport_bridged_bytes_total', 'Bytes relayed on bridged WebTransport sessions (capsules of the CONNECT stream), by direction (to_upstream, to_downstream)', { direction: BRIDGE_DIRECTIONS }),
+    sessionsRefused: define.counter(
+      'webtransport_sessions_refused_total',
+      'WebTransport session requests refused by a session cap: connection_limit (--webtransport-max-sessions-per-connection), total_limit (--webtransport-max-sessions)',
+      { reason: SESSION_REFUSALS }),
   }
-  for (const outcome of WEBTRANSPORT_OUTCOMES) metrics.sessions.labels(outcome).inc(0)
-  for (const reason of SESSION_REFUSALS) metrics.sessionsRefused.labels(reason).inc(0)
-  for (const direction of BRIDGE_DIRECTIONS) metrics.bridgedBytes.labels(direction).inc(0)
   byRegistry.set(registry, metrics)
   return metrics
 }

@@ -39,7 +39,7 @@ t.test('a YAML object with a targets list gives targets in file order', async (t
   ].join('\n')
   t.strictSame(parseTargetsFile(text, 'default-ns'), {
     ok: true,
-    targets: [
+    items: [
       target('stargate-1', '10.0.0.12', { httpPort: 8000, namespace: 'stargate', nodeName: 'node-a', zone: 'zone-1' }),
       target('stargate-0', 'fd00::1'),
     ],
@@ -49,19 +49,19 @@ t.test('a YAML object with a targets list gives targets in file order', async (t
 
 t.test('a bare YAML list is accepted', async (t) => {
   const text = '- {identity: stargate-0, address: 10.0.0.1, grpcPort: 50051, quicPort: 50052}\n'
-  t.strictSame(parseTargetsFile(text, 'default-ns'), { ok: true, targets: [target('stargate-0', '10.0.0.1')], problems: [] })
+  t.strictSame(parseTargetsFile(text, 'default-ns'), { ok: true, items: [target('stargate-0', '10.0.0.1')], problems: [] })
 })
 
 t.test('JSON, as an object or a bare list, is accepted', async (t) => {
   const entry = { identity: 'stargate-0', address: '10.0.0.1', grpcPort: 50051, quicPort: 50052, httpPort: 8000 }
-  const want = { ok: true, targets: [target('stargate-0', '10.0.0.1', { httpPort: 8000 })], problems: [] }
+  const want = { ok: true, items: [target('stargate-0', '10.0.0.1', { httpPort: 8000 })], problems: [] }
   t.strictSame(parseTargetsFile(JSON.stringify({ targets: [entry] }), 'default-ns'), want)
   t.strictSame(parseTargetsFile(JSON.stringify([entry], null, 2), 'default-ns'), want)
 })
 
 t.test('an empty targets list is a valid file with no targets', async (t) => {
-  t.strictSame(parseTargetsFile('targets: []\n', 'ns'), { ok: true, targets: [], problems: [] })
-  t.strictSame(parseTargetsFile('[]', 'ns'), { ok: true, targets: [], problems: [] })
+  t.strictSame(parseTargetsFile('targets: []\n', 'ns'), { ok: true, items: [], problems: [] })
+  t.strictSame(parseTargetsFile('[]', 'ns'), { ok: true, items: [], problems: [] })
 })
 
 t.test('each bad entry is skipped with one problem line and the good ones are kept', async (t) => {
@@ -90,7 +90,7 @@ t.test('each bad entry is skipped with one problem line and the good ones are ke
   ]
   for (const [why, entry, problem] of cases) {
     const text = JSON.stringify({ targets: [entry, { identity: 'stargate-ok', ...good }] })
-    t.strictSame(parseTargetsFile(text, 'default-ns'), { ok: true, targets: [target('stargate-ok', '10.0.0.1')], problems: [problem] }, why)
+    t.strictSame(parseTargetsFile(text, 'default-ns'), { ok: true, items: [target('stargate-ok', '10.0.0.1')], problems: [problem] }, why)
   }
 })
 
@@ -103,7 +103,7 @@ t.test('a duplicate identity keeps the first entry and reports the later one', a
   ].join('\n')
   t.strictSame(parseTargetsFile(text, 'default-ns'), {
     ok: true,
-    targets: [target('stargate-0', '10.0.0.1'), target('stargate-1', '10.0.0.2')],
+    items: [target('stargate-0', '10.0.0.1'), target('stargate-1', '10.0.0.2')],
     problems: ['targets[2]: duplicate identity stargate-0; the first entry is kept'],
   })
 })
@@ -115,7 +115,7 @@ t.test('a skipped bad entry does not count as a seen identity', async (t) => {
   ])
   t.strictSame(parseTargetsFile(text, 'default-ns'), {
     ok: true,
-    targets: [target('stargate-0', '10.0.0.1')],
+    items: [target('stargate-0', '10.0.0.1')],
     problems: ['targets[0] (stargate-0): address must be an IPv4 or IPv6 address'],
   })
 })
@@ -135,4 +135,13 @@ t.test('a file of the wrong shape is rejected', async (t) => {
   for (const text of ['', 'hello', '42', 'targets: 5', 'pods: []', '{"targets": {"stargate-0": {}}}', 'null']) {
     t.strictSame(parseTargetsFile(text, 'ns'), { ok: false, error }, JSON.stringify(text))
   }
+})
+
+t.test('a target namespace must be a DNS label, as a peer namespace must (issue 17: one rule)', async (t) => {
+  const entry = { identity: 'stargate-0', address: '10.0.0.1', grpcPort: 50051, quicPort: 50052 }
+  const text = JSON.stringify([{ ...entry, namespace: 'Bad_NS' }, { ...entry, identity: 'stargate-1', namespace: '' }])
+  const result = parseTargetsFile(text, 'default-ns')
+  if (!result.ok) throw new Error(result.error)
+  t.strictSame(result.problems, ['targets[0] (stargate-0): namespace must be a lower-case DNS label'])
+  t.strictSame(result.items.map((target) => [target.identity, target.namespace]), [['stargate-1', 'default-ns']], 'an empty namespace is the default')
 })

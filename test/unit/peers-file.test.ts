@@ -25,14 +25,14 @@ t.test('a peers file lists peers by name or address, with defaults for namespace
   ].join('\n')
   t.strictSame(parsePeersFile(yaml, DEFAULTS), {
     ok: true,
-    peers: [
+    items: [
       { id: 'routers/stargate-router-0', address: '10.0.0.21', port: 8080 },
       { id: 'routers/10.0.0.22', address: '10.0.0.22', port: 9090 },
       { id: 'other/stargate-router-2', address: 'fd00::23', port: 8080 },
     ],
     problems: [],
   })
-  t.strictSame(parsePeersFile('[{"name":"r-0","address":"10.0.0.1"}]', DEFAULTS), { ok: true, peers: [{ id: 'routers/r-0', address: '10.0.0.1', port: 8080 }], problems: [] }, 'a bare JSON list')
+  t.strictSame(parsePeersFile('[{"name":"r-0","address":"10.0.0.1"}]', DEFAULTS), { ok: true, items: [{ id: 'routers/r-0', address: '10.0.0.1', port: 8080 }], problems: [] }, 'a bare JSON list')
 })
 
 t.test('bad entries are skipped with one problem line each; the rest of the file counts', async (t) => {
@@ -57,7 +57,7 @@ t.test('bad entries are skipped with one problem line each; the rest of the file
   ].join('\n')
   const result = parsePeersFile(yaml, DEFAULTS)
   if (!result.ok) throw new Error(result.error)
-  t.strictSame(result.peers, [{ id: 'routers/r-5', address: '10.0.0.5', port: 8080 }])
+  t.strictSame(result.items, [{ id: 'routers/r-5', address: '10.0.0.5', port: 8080 }])
   t.strictSame(result.problems, [
     'peers[0]: not an object',
     'peers[1]: address must be an IPv4 or IPv6 address',

@@ -35,8 +35,6 @@ export const H3_ERROR = {
   WT_SESSION_GONE: 0x170d7b68,
 } as const
 
-export type H3ErrorName = keyof typeof H3_ERROR
-
 /**
  * Protocol violations this implementation detects, each with the code it closes with and
  * whether the whole connection (RFC 9114 "connection error") or only the stream goes.

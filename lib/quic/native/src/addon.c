@@ -242,6 +242,15 @@ static int parse_addr(const char *host, int port, struct sockaddr_storage *ss, s
   return -1;
 }
 
+/* An IP literal and a port from two JavaScript arguments (listen, connect); -1 when not an IP. */
+static int get_addr(napi_env env, napi_value host_arg, napi_value port_arg, struct sockaddr_storage *ss, socklen_t *len) {
+  char *host = get_string(env, host_arg, NULL);
+  int port = (int)get_num(env, port_arg, 0);
+  int rv = host == NULL ? -1 : parse_addr(host, port, ss, len);
+  free(host);
+  return rv;
+}
+
 static napi_value addr_values(napi_env env, const struct sockaddr_storage *ss, napi_value *port) {
   char buf[INET6_ADDRSTRLEN] = "";
   int p = 0;
@@ -401,15 +410,9 @@ static napi_value js_listen(napi_env env, napi_callback_info info) {
   qengine *eng = engine_of(env);
   napi_value argv[3];
   get_args(env, info, 3, argv);
-  char *host = get_string(env, argv[0], NULL);
-  int port = (int)get_num(env, argv[1], 0);
   struct sockaddr_storage ss;
   socklen_t sslen;
-  if (host == NULL || parse_addr(host, port, &ss, &sslen) != 0) {
-    free(host);
-    return throw_error(env, "listen needs an IP address");
-  }
-  free(host);
+  if (get_addr(env, argv[0], argv[1], &ss, &sslen) != 0) return throw_error(env, "listen needs an IP address");
   const char *err = NULL;
   int errnum = 0;
   int rcv = (int)get_num(env, prop(env, argv[2], "recvBuffer"), 4 << 20);
@@ -538,15 +541,9 @@ static napi_value js_connect(napi_env env, napi_callback_info info) {
   qengine *eng = engine_of(env);
   napi_value argv[7];
   get_args(env, info, 7, argv);
-  char *host = get_string(env, argv[0], NULL);
-  int port = (int)get_num(env, argv[1], 0);
   struct sockaddr_storage ss;
   socklen_t sslen;
-  if (host == NULL || parse_addr(host, port, &ss, &sslen) != 0) {
-    free(host);
-    return throw_error(env, "connect needs an IP address");
-  }
-  free(host);
+  if (get_addr(env, argv[0], argv[1], &ss, &sslen) != 0) return throw_error(env, "connect needs an IP address");
   qcred *cr = qmap_get_u64(&eng->creds, (uint32_t)get_num(env, argv[2], 0));
   if (cr == NULL || cr->server || cr->released) return throw_error(env, "connect needs live client credentials");
   char *sni = get_string(env, argv[3], NULL);

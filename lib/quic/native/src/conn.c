@@ -270,60 +270,44 @@ static int recv_tx_key_cb(ngtcp2_conn *conn, ngtcp2_crypto_level level, void *ud
   return 0;
 }
 
+/* The callbacks both roles hand ngtcp2 (one list, issue 17); each table adds its own: the server
+ * answers a client's Initial and refuses 1-RTT keys before the client's transport parameters
+ * (recv_tx_key), the client sends the first Initial and may be sent a Retry. */
+#define COMMON_CALLBACKS \
+    .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb, \
+    .handshake_completed = handshake_completed_cb, \
+    .encrypt = ngtcp2_crypto_encrypt_cb, \
+    .decrypt = frames_decrypt_cb, \
+    .hp_mask = ngtcp2_crypto_hp_mask_cb, \
+    .recv_stream_data = recv_stream_data_cb, \
+    .acked_stream_data_offset = acked_stream_data_offset_cb, \
+    .stream_open = stream_open_cb, \
+    .stream_close = stream_close_cb, \
+    .recv_stateless_reset = recv_stateless_reset_cb, \
+    .extend_max_local_streams_bidi = extend_bidi_cb, \
+    .extend_max_local_streams_uni = extend_uni_cb, \
+    .rand = rand_cb, \
+    .get_new_connection_id = get_new_cid_cb, \
+    .remove_connection_id = remove_cid_cb, \
+    .update_key = ngtcp2_crypto_update_key_cb, \
+    .stream_reset = stream_reset_cb, \
+    .extend_max_stream_data = extend_max_stream_data_cb, \
+    .delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb, \
+    .delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb, \
+    .recv_datagram = recv_datagram_cb, \
+    .get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb, \
+    .version_negotiation = ngtcp2_crypto_version_negotiation_cb
+
 static const ngtcp2_callbacks SERVER_CALLBACKS = {
+    COMMON_CALLBACKS,
     .recv_tx_key = recv_tx_key_cb,
     .recv_client_initial = ngtcp2_crypto_recv_client_initial_cb,
-    .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
-    .handshake_completed = handshake_completed_cb,
-    .encrypt = ngtcp2_crypto_encrypt_cb,
-    .decrypt = frames_decrypt_cb,
-    .hp_mask = ngtcp2_crypto_hp_mask_cb,
-    .recv_stream_data = recv_stream_data_cb,
-    .acked_stream_data_offset = acked_stream_data_offset_cb,
-    .stream_open = stream_open_cb,
-    .stream_close = stream_close_cb,
-    .recv_stateless_reset = recv_stateless_reset_cb,
-    .extend_max_local_streams_bidi = extend_bidi_cb,
-    .extend_max_local_streams_uni = extend_uni_cb,
-    .rand = rand_cb,
-    .get_new_connection_id = get_new_cid_cb,
-    .remove_connection_id = remove_cid_cb,
-    .update_key = ngtcp2_crypto_update_key_cb,
-    .stream_reset = stream_reset_cb,
-    .extend_max_stream_data = extend_max_stream_data_cb,
-    .delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb,
-    .delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb,
-    .recv_datagram = recv_datagram_cb,
-    .get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb,
-    .version_negotiation = ngtcp2_crypto_version_negotiation_cb,
 };
 
 static const ngtcp2_callbacks CLIENT_CALLBACKS = {
+    COMMON_CALLBACKS,
     .client_initial = ngtcp2_crypto_client_initial_cb,
-    .recv_crypto_data = ngtcp2_crypto_recv_crypto_data_cb,
-    .handshake_completed = handshake_completed_cb,
-    .encrypt = ngtcp2_crypto_encrypt_cb,
-    .decrypt = frames_decrypt_cb,
-    .hp_mask = ngtcp2_crypto_hp_mask_cb,
-    .recv_stream_data = recv_stream_data_cb,
-    .acked_stream_data_offset = acked_stream_data_offset_cb,
-    .stream_open = stream_open_cb,
-    .stream_close = stream_close_cb,
-    .recv_stateless_reset = recv_stateless_reset_cb,
     .recv_retry = ngtcp2_crypto_recv_retry_cb,
-    .extend_max_local_streams_bidi = extend_bidi_cb,
-    .extend_max_local_streams_uni = extend_uni_cb,
-    .rand = rand_cb,
-    .get_new_connection_id = get_new_cid_cb,
-    .remove_connection_id = remove_cid_cb,
-    .update_key = ngtcp2_crypto_update_key_cb,
-    .stream_reset = stream_reset_cb,
-    .extend_max_stream_data = extend_max_stream_data_cb,
-    .delete_crypto_aead_ctx = ngtcp2_crypto_delete_crypto_aead_ctx_cb,
-    .delete_crypto_cipher_ctx = ngtcp2_crypto_delete_crypto_cipher_ctx_cb,
-    .recv_datagram = recv_datagram_cb,
-    .get_path_challenge_data = ngtcp2_crypto_get_path_challenge_data_cb,
-    .version_negotiation = ngtcp2_crypto_version_negotiation_cb,
 };
 
 static void apply_settings(ngtcp2_settings *s, const qtransport *t) {

@@ -1,0 +1,77 @@
+/**
+ * The one way a router metric is registered (issue 17). Every family gets the Rust router's
+ * name prefix and the registry passed in, and declares each label with the values known up
+ * front: those series exist from the start at 0, so dashboards and alerts see them before
+ * the first event. A label listed with no values (e.g. a rejection reason, a gauge that is
+ * absent until set) is declared but starts with no series. Label values stay bounded
+ * tables, never identities or addresses (SPEC §8).
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
+
+const PREFIX = 'stargate_k8s_router_'
+
+/** Label name → the values that start at 0; the key order is the label order. */
+export type LabelValues<L extends string> = { readonly [K in L]: readonly string[] }
+
+/** Runs at scrape time with the metric as `this` (prom-client's collect hook). */
+export type Collect<M> = (this: M) => void
+
+export interface MetricDefiner {
+  counter: <L extends string = never>(name: string, help: string, labels?: LabelValues<L>, collect?: Collect<Counter<L>>) => Counter<L>
+  gauge: <L extends string = never>(name: string, help: string, labels?: LabelValues<L>, collect?: Collect<Gauge<L>>) => Gauge<L>
+  histogram: (name: string, help: string, buckets: readonly number[]) => Histogram
+}
+
+export function defineMetrics (registry: Registry): MetricDefiner {
+  const registers = [registry]
+  return {
+    counter (name, help, labels, collect) {
+      const counter = new Counter({ name: PREFIX + name, help, labelNames: labelNamesOf(labels), registers, collect })
+      for (const series of combinations(labels)) counter.inc(series, 0)
+      return counter
+    },
+    gauge (name, help, labels, collect) {
+      const gauge = new Gauge({ name: PREFIX + name, help, labelNames: labelNamesOf(labels), registers, collect })
+      for (const series of combinations(labels)) gauge.set(series, 0)
+      return gauge
+    },
+    histogram (name, help, buckets) {
+      return new Histogram({ name: PREFIX + name, help, buckets: [...buckets], registers })
+    },
+  }
+}
+
+/**
+ * A collect hook for a counter that mirrors monotonic totals kept elsewhere in plain numbers
+ * (the hot path counts without a label lookup; the scrape catches the counter up). `read`
+ * returns the totals by label value, or null while no source is attached.
+ */
+export function collectTotals<L extends string> (label: L, read: () => Readonly<Record<string, number>> | null): Collect<Counter<L>> {
+  const reported = new Map<string, number>()
+  return function (this: Counter<L>) {
+    const totals = read()
+    if (totals === null) return
+    for (const value in totals) {
+      const now = totals[value] ?? 0
+      const before = reported.get(value) ?? 0
+      if (now > before) {
+        this.inc({ [label]: value } as Partial<Record<L, string>>, now - before)
+        reported.set(value, now)
+      }
+    }
+  }
+}
+
+function labelNamesOf<L extends string> (labels: LabelValues<L> | undefined): L[] {
+  return labels === undefined ? [] : Object.keys(labels) as L[]
+}
+
+/** Every combination of the listed values, one object per series (none when a label has no values). */
+function combinations<L extends string> (labels: LabelValues<L> | undefined): Array<Partial<Record<L, string>>> {
+  if (labels === undefined) return []
+  let series: Array<Partial<Record<L, string>>> = [{}]
+  for (const name of labelNamesOf(labels)) {
+    series = series.flatMap((partial) => labels[name].map((value) => ({ ...partial, [name]: value })))
+  }
+  return series
+}
