@@ -13,7 +13,7 @@ import t from 'tap'
 import { randomBytes } from 'node:crypto'
 import { dial, echoStreams, engineTls, established, listen, nextStream, readToEnd, sha256, writeAll, type Teardown } from '../fixtures/quic-engine.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import { QuicEngine } from '../../lib/quic/engine.ts'
+import { QuicEngine, type TransportOptions } from '../../lib/quic/engine.ts'
 import type { QuicConnection } from '../../lib/quic/connection.ts'
 import type { QuicStream } from '../../lib/quic/stream.ts'
 
@@ -24,12 +24,13 @@ interface Relayed {
   readonly done: Array<{ leg: 'client' | 'upstream', id: number, bytes: number }>
 }
 
-async function relayed (t: Teardown, subnet: string, options: { readonly header?: boolean } = {}): Promise<Relayed> {
+async function relayed (t: Teardown, subnet: string, options: { readonly header?: boolean, readonly relayTransport?: TransportOptions, readonly stargateTransport?: TransportOptions } = {}): Promise<Relayed> {
   const tls = await engineTls(t)
-  const stargateSide = listen(t, `${subnet}.2`, tls.serverCredentials)
+  const stargateSide = listen(t, `${subnet}.2`, tls.serverCredentials, options.stargateTransport === undefined ? {} : { transport: options.stargateTransport })
   const done: Relayed['done'] = []
   let legs: Relayed['legs'] | null = null
   const relay = listen(t, `${subnet}.1`, tls.serverCredentials, {
+    ...(options.relayTransport === undefined ? {} : { transport: options.relayTransport }),
     onConnection: (client) => {
       const upstream = QuicEngine.shared().connect({ address: `${subnet}.2`, port: stargateSide.endpoint.port, serverName: 'pod.stargate.test', alpn: [], credentials: tls.clientCredentials })
       t.teardown(() => { upstream.destroy() })
@@ -95,6 +96,46 @@ t.test('16 MiB each way through spliced streams opened by either side arrive byt
   const fromPylon = r.done.find((d) => d.leg === 'client' && d.id === 0)
   t.equal(fromPylon?.bytes, payload.length, 'the pylon stream\'s splice moved every byte it received')
   t.ok((r.legs.client.stats()?.splicedBytes ?? 0) >= 2 * payload.length, 'the client leg counts spliced bytes')
+})
+
+t.test('streams that end while their bytes still wait on the other leg give their connection credit back: the tunnel keeps flowing', async (t) => {
+  // Found under AddressSanitizer (docs/reliability.md): a spliced stream whose FIN arrived while
+  // its last bytes still sat unacknowledged in the partner's send chain was freed, and those bytes
+  // never returned to the connection window (the partner's acks credit only a live partner). Once
+  // the leaked credit reached half the window ngtcp2 stopped sending MAX_DATA and the sender
+  // stalled for good with nothing buffered anywhere. Windows are pinned (no auto-tuning): the
+  // relay's leg from the Pylon has 1 MiB per connection and 256 KiB per stream, the Stargate
+  // 192 KiB per stream and reads nothing at first, so each 320 KiB stream ends at the relay with
+  // 128 KiB still waiting for the Stargate: four such streams leak half the window.
+  const KIB = 1024
+  const r = await relayed(t, '127.0.87', {
+    relayTransport: { initialMaxData: 1024 * KIB, maxWindow: 1024 * KIB, initialMaxStreamData: 256 * KIB, maxStreamWindow: 256 * KIB },
+    stargateTransport: { initialMaxStreamData: 192 * KIB, maxStreamWindow: 192 * KIB },
+  })
+  const held: QuicStream[] = []
+  // The Stargate ends its own direction at once, so the relay's Pylon-side stream is finished
+  // as soon as the Pylon's FIN is in, while the Stargate has not read its bytes yet.
+  r.stargate.on('stream', (s) => { held.push(s); void writeAll(s, Buffer.alloc(0)) })
+  const payloads = [0, 1, 2, 3].map(() => randomBytes(320 * KIB))
+  await Promise.all(payloads.map(async (p) => {
+    const s = r.pylon.openStream()
+    if (s === null) throw new Error('no stream')
+    await writeAll(s, p)
+  }))
+  await waitFor(() => r.done.filter((d) => d.leg === 'client').length >= 4 ? true : undefined, { message: 'the relay freed the Pylon side of each stream', timeoutMs: 20_000 })
+  await waitFor(() => held.length >= 4 ? true : undefined, { message: 'four streams at the stargate' })
+  const received = await Promise.all(held.map(async (s) => sha256((await readToEnd(s)).data)))
+  t.same(received.sort(), payloads.map((p) => sha256(p)).sort(), 'all four arrive byte-exact once the Stargate reads')
+  // 4 MiB more on the same tunnel: four times the relay's connection window.
+  const more = randomBytes(4 * 1024 * KIB)
+  const atStargate = nextStream(r.stargate)
+  const s = r.pylon.openStream(false)
+  if (s === null) throw new Error('no stream')
+  const writing = writeAll(s, more)
+  const { data, end } = await readToEnd(await atStargate)
+  await writing
+  t.equal(end, 'fin')
+  t.equal(sha256(data), sha256(more), 'a later stream still crosses: the connection window was given back')
 })
 
 t.test('bytes buffered before the splice go first; a header read in TypeScript can be rewritten on the other leg', async (t) => {

@@ -260,6 +260,22 @@ int stream_open_local(qconn *c, int bidi, qstream **out) {
   return 0;
 }
 
+/* A spliced stream freed before its partner's peer acknowledged all of its bytes (its FIN came
+   in while they still sat in the partner's send chain) would never get their connection credit
+   back: the partner's acks credit only a live partner. Every such stream leaked its in-flight
+   bytes from the connection window until ngtcp2 no longer found enough to announce (it sends
+   MAX_DATA only once the increment exceeds half the window) and the peer stalled for good, with
+   nothing buffered anywhere. The stream itself is finished, so only the connection is owed. */
+static void credit_orphaned(qstream *s) {
+  qconn *c = s->conn;
+  if (s->spliced_in <= s->spliced_credit) return;
+  uint64_t n = s->spliced_in - s->spliced_credit;
+  s->spliced_credit = s->spliced_in;
+  if (!conn_alive(c)) return;
+  ngtcp2_conn_extend_max_offset(c->conn, n);
+  engine_mark_dirty(c->eng, c);
+}
+
 static void report_splice_done(qstream *s) {
   if (s->splice_reported) return;
   s->splice_reported = 1;
@@ -276,6 +292,7 @@ void stream_free(qstream *s) {
   bridge_forget(s);
   if (s->peer != NULL) {
     qstream *p = s->peer;
+    if (s->mode == SMODE_SPLICE) credit_orphaned(s);
     p->peer = NULL;
     /* Our side of the splice is gone before the other: report it from the survivor when it ends. */
     s->peer = NULL;
