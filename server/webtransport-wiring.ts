@@ -7,8 +7,10 @@
  *   handshakes use new material, open sessions keep theirs (SPEC §8).
  * - Upstream trust: lib/tls/trust-policy.ts decides the bundle of both legs and when it
  *   changed (also when the router's certificate is the trust); a change closes the sessions
- *   bridged under the old one (outcome trust_replaced), with a close capsule at once.
- * - A client-trust change closes Pylon connections whose certificate no longer verifies.
+ *   bridged under the old one (outcome trust_replaced) after TRUST_CHANGE_GRACE_MS, HTTP/3
+ *   sessions asked to drain first, as raw QUIC tunnels and registration sessions get the grace.
+ * - A client-trust change closes, after the same grace, the sessions of Pylons whose
+ *   certificate no longer verifies.
  */
 import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-context-consumer.ts'
 import type { TlsState } from '../lib/tls/types.ts'
@@ -17,6 +19,7 @@ import type { UpstreamTrust } from '../lib/tunnel/webtransport-upstream.ts'
 import { QuicEngine } from '../lib/quic/engine.ts'
 import { clientCredentialsFor, ServerCredentials } from '../lib/quic/credentials.ts'
 import { followUpstreamTrust, upstreamSecureContext } from '../lib/tls/upstream-trust-consumer.ts'
+import { TRUST_CHANGE_GRACE_MS } from '../lib/tls/trust-policy.ts'
 import { H3_CLOSE_REASONS, WebTransportH3Relay, type UpstreamQuicTrust } from '../lib/tunnel/webtransport-h3-relay.ts'
 import type { RunningTunnel, TunnelContext } from './tunnel-types.ts'
 import { resetSecretOf } from './raw-quic-wiring.ts'
@@ -43,7 +46,7 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     // No secureContext: --quic-insecure, the pod's certificate is not verified.
     build: (trust) => ({ secureContext: trust.kind === 'verify' ? upstreamSecureContext(trust) : null, key: trust.key }),
     onReplaced: (current) => {
-      const closed = relay.closeTrust(current.runtime.key)
+      const closed = relay.closeTrust(current.runtime.key, TRUST_CHANGE_GRACE_MS)
       logger.info({ closed }, 'upstream trust changed: closing webtransport sessions bridged under the previous trust')
     },
   })
@@ -75,8 +78,8 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
   }))
   tls.onChange((changed, _previous, next) => {
     if (changed !== 'client_trust' || next.clientTrust === null) return
-    const closed = relay.closeUntrustedClients(next.clientTrust)
-    logger.info({ closed }, 'client trust changed: closed webtransport connections whose client certificate no longer verifies')
+    const closed = relay.closeUntrustedClients(next.clientTrust, TRUST_CHANGE_GRACE_MS)
+    logger.info({ closed }, 'client trust changed: closing webtransport sessions whose client certificate no longer verifies')
   })
 
   // HTTP/3 on the UDP port: the engine's credentials follow the same TLS material.
@@ -95,7 +98,7 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     build: (trust) => ({ credentials: clientCredentialsFor(trust), key: trust.key }),
     release: (runtime) => { runtime.credentials.release() },
     onReplaced: (current) => {
-      const closed = h3.closeTrust(current.runtime.key)
+      const closed = h3.closeTrust(current.runtime.key, TRUST_CHANGE_GRACE_MS)
       logger.info({ closed }, 'upstream trust changed: closing webtransport http/3 sessions dialed under the previous trust')
     },
   })
@@ -128,8 +131,8 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
   })
   tls.onChange((changed, _previous, next) => {
     if (changed !== 'client_trust' || next.clientTrust === null) return
-    const closed = h3.closeUntrustedClients(next.clientTrust)
-    logger.info({ closed }, 'client trust changed: closed webtransport http/3 connections whose client certificate no longer verifies')
+    const closed = h3.closeUntrustedClients(next.clientTrust, TRUST_CHANGE_GRACE_MS)
+    logger.info({ closed }, 'client trust changed: closing webtransport http/3 sessions whose client certificate no longer verifies')
   })
 
   // The same port number on UDP (HTTP/3) and TCP (HTTP/2): Pylons dial one address. With port

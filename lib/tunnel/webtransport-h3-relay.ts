@@ -69,6 +69,8 @@ export class WebTransportH3Relay implements TunnelHost {
   readonly connectTimeoutMs: number
   readonly #options: WebTransportH3RelayOptions
   readonly #tunnels = new Set<WebTransportH3Tunnel>()
+  /** Tunnels draining before a trust-change close (SPEC §8: graceful first, closed after the grace). */
+  readonly #graceTimers = new Map<WebTransportH3Tunnel, NodeJS.Timeout>()
   /** Sessions admitted (dialing or bridged) whose outcome is not final yet: what --webtransport-max-sessions bounds. */
   #sessions = 0
   /** Tunnels follow the snapshot: closed when their pod leaves the ready set (from listen() on). */
@@ -128,23 +130,38 @@ export class WebTransportH3Relay implements TunnelHost {
     this.#accepting = false
   }
 
-  /** Closes tunnels dialed under another upstream trust (outcome trust_replaced); returns how many. */
-  closeTrust (currentKey: string): number {
-    let closed = 0
+  /**
+   * Upstream trust changed (SPEC §8): tunnels dialed under another trust are asked to drain
+   * (DRAIN_WEBTRANSPORT_SESSION to both peers) and closed after graceMs (outcome
+   * trust_replaced), as raw QUIC tunnels are. Returns how many were scheduled.
+   */
+  closeTrust (currentKey: string, graceMs: number): number {
+    let count = 0
     for (const tunnel of this.#tunnels) {
-      if (tunnel.up === null || tunnel.trustKey === currentKey || tunnel.state === 'closing' || tunnel.state === 'closed') continue
-      tunnel.close(H3_CLOSE_REASONS.trust_replaced, 'trust_replaced')
-      closed++
+      if (tunnel.up === null || tunnel.trustKey === currentKey || this.#graceTimers.has(tunnel)) continue
+      if (tunnel.state === 'closing' || tunnel.state === 'closed') continue
+      this.#closeLater(tunnel, H3_CLOSE_REASONS.trust_replaced, graceMs)
+      count++
     }
-    return closed
+    return count
   }
 
-  /** After a client-trust change: closes tunnels whose Pylon certificate no longer verifies. */
-  closeUntrustedClients (bundle: TrustBundle, now: Date = new Date()): number {
-    const open = [...this.#tunnels].filter((tunnel) => tunnel.state !== 'closing' && tunnel.state !== 'closed')
+  /** After a client-trust change: tunnels whose Pylon certificate no longer verifies drain, then close after graceMs. */
+  closeUntrustedClients (bundle: TrustBundle, graceMs: number, now: Date = new Date()): number {
+    const open = [...this.#tunnels].filter((tunnel) => tunnel.state !== 'closing' && tunnel.state !== 'closed' && !this.#graceTimers.has(tunnel))
     const untrusted = untrustedConnections(open, peerChainOfTunnel, bundle, now)
-    for (const tunnel of untrusted) tunnel.close(H3_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
+    for (const tunnel of untrusted) this.#closeLater(tunnel, H3_CLOSE_REASONS.client_trust_replaced, graceMs)
     return untrusted.length
+  }
+
+  #closeLater (tunnel: WebTransportH3Tunnel, reason: string, graceMs: number): void {
+    tunnel.drain()
+    const timer = setTimeout(() => {
+      this.#graceTimers.delete(tunnel)
+      tunnel.close(reason, 'trust_replaced')
+    }, graceMs)
+    timer.unref()
+    this.#graceTimers.set(tunnel, timer)
   }
 
   /** Every session gets a close capsule with the reason, then the connections close. Idempotent. */
@@ -155,6 +172,8 @@ export class WebTransportH3Relay implements TunnelHost {
 
   async #close (reason: string): Promise<void> {
     this.#accepting = false
+    for (const timer of this.#graceTimers.values()) clearTimeout(timer)
+    this.#graceTimers.clear()
     this.#drain?.dispose()
     for (const tunnel of this.#tunnels) tunnel.close(reason)
     if (this.#tunnels.size > 0) await new Promise((resolve) => { setTimeout(resolve, CLOSE_GRACE_MS + 200).unref() })
@@ -247,6 +266,11 @@ export class WebTransportH3Relay implements TunnelHost {
 
   #onTunnelGone (tunnel: WebTransportH3Tunnel): void {
     if (!this.#tunnels.delete(tunnel)) return
+    const timer = this.#graceTimers.get(tunnel)
+    if (timer !== undefined) {
+      clearTimeout(timer)
+      this.#graceTimers.delete(tunnel)
+    }
     this.#drain?.forget(tunnel)
   }
 }

@@ -122,6 +122,13 @@ export class WebTransportH3Tunnel {
     this.#closeAfterGrace(reason)
   }
 
+  /** Asks both peers to wind the session down (DRAIN_WEBTRANSPORT_SESSION); a close follows. */
+  drain (): void {
+    if (this.#state !== 'bridged') return
+    this.down.drainSession(this.#downSession)
+    this.up?.drainSession(this.#upSession)
+  }
+
   /** Closes both legs now (no grace): a second shutdown signal, a destroyed relay. */
   destroy (reason: string): void {
     this.#end('completed', reason)

@@ -113,6 +113,8 @@ export class WebTransportRelay {
   /** Pods whose WebTransport SETTINGS differ from what Pylons are told (warned once each). */
   readonly #settingsWarned = new Set<string>()
   readonly #bridges = new Set<WebTransportBridge>()
+  /** Bridges waiting out the grace of a trust-change close (SPEC §8). */
+  readonly #graceTimers = new Map<WebTransportBridge, NodeJS.Timeout>()
   /** The Pylon connection each bridge's session counts against. */
   readonly #bridgeConnections = new Map<WebTransportBridge, DownstreamConnection>()
   readonly #pending = new Set<PendingSession>()
@@ -204,28 +206,43 @@ export class WebTransportRelay {
     for (const session of this.#sessions.keys()) if (!session.closed) session.close()
   }
 
-  /** Closes bridged sessions verified under another upstream trust; returns how many. */
-  closeTrust (currentKey: string): number {
-    let closed = 0
+  /**
+   * Upstream trust changed (SPEC §8): bridged sessions verified under another trust are closed
+   * after graceMs (outcome trust_replaced), as raw QUIC tunnels are. Returns how many.
+   */
+  closeTrust (currentKey: string, graceMs: number): number {
+    let count = 0
     for (const bridge of this.#bridges) {
-      if (bridge.trustKey === currentKey) continue
-      bridge.close(0, TUNNEL_CLOSE_REASONS.trust_replaced, 'trust_replaced')
-      closed++
+      if (bridge.trustKey === currentKey || this.#graceTimers.has(bridge)) continue
+      this.#closeLater(bridge, TUNNEL_CLOSE_REASONS.trust_replaced, graceMs)
+      count++
     }
-    return closed
+    return count
   }
 
-  /** After a client-trust change: closes Pylon connections whose certificate no longer verifies. */
-  closeUntrustedClients (bundle: TrustBundle, now: Date = new Date()): number {
+  /**
+   * After a client-trust change: Pylon connections whose certificate no longer verifies get a
+   * GOAWAY now (no new session) and their bridged sessions close after graceMs.
+   */
+  closeUntrustedClients (bundle: TrustBundle, graceMs: number, now: Date = new Date()): number {
     const open = [...this.#sessions.keys()].filter((session) => session.socket !== undefined && !session.socket.destroyed)
     const untrusted = untrustedConnections(open, (session) => peerChainOf(session.socket as TLSSocket), bundle, now)
     for (const session of untrusted) {
       for (const bridge of this.#bridges) {
-        if (bridge.downstreamSession === session) bridge.close(0, TUNNEL_CLOSE_REASONS.client_trust_replaced, 'trust_replaced')
+        if (bridge.downstreamSession === session && !this.#graceTimers.has(bridge)) this.#closeLater(bridge, TUNNEL_CLOSE_REASONS.client_trust_replaced, graceMs)
       }
       session.close()
     }
     return untrusted.length
+  }
+
+  #closeLater (bridge: WebTransportBridge, reason: string, graceMs: number): void {
+    const timer = setTimeout(() => {
+      this.#graceTimers.delete(bridge)
+      bridge.close(0, reason, 'trust_replaced')
+    }, graceMs)
+    timer.unref()
+    this.#graceTimers.set(bridge, timer)
   }
 
   /** Closes every session with the reason and stops listening. Idempotent. */
@@ -236,6 +253,8 @@ export class WebTransportRelay {
 
   async #close (reason: string): Promise<void> {
     this.stopAccepting()
+    for (const timer of this.#graceTimers.values()) clearTimeout(timer)
+    this.#graceTimers.clear()
     for (const pending of [...this.#pending]) this.#settlePending(pending, 'shutting_down', 'router shutdown')
     for (const bridge of this.#bridges) bridge.close(0, reason, 'completed')
     if (this.#bridges.size > 0) {
@@ -426,6 +445,11 @@ export class WebTransportRelay {
 
   #onBridgeEnd (bridge: WebTransportBridge, end: BridgeEnd): void {
     if (!this.#bridges.delete(bridge)) return
+    const grace = this.#graceTimers.get(bridge)
+    if (grace !== undefined) {
+      clearTimeout(grace)
+      this.#graceTimers.delete(bridge)
+    }
     const connection = this.#bridgeConnections.get(bridge)
     this.#bridgeConnections.delete(bridge)
     if (connection !== undefined) connection.sessions--

@@ -10,6 +10,9 @@ import { join } from 'node:path'
 import { WtCluster } from '../fixtures/webtransport-cluster.ts'
 import { createCa } from '../fixtures/certs.ts'
 import { waitFor } from '../fixtures/wait.ts'
+
+// A trust-change close waits out the router's 5 s grace (TRUST_CHANGE_GRACE_MS).
+t.setTimeout(90_000)
 import type { AcceptedSession } from '../fixtures/webtransport-stargate.ts'
 import type { WtSession } from '../fixtures/webtransport-engine.ts'
 import { freezableProxy } from '../fixtures/webtransport-pylon.ts'
@@ -54,8 +57,10 @@ t.test('replacing the upstream trust bundle closes bridged sessions with outcome
   const { pylon, atPod } = await bridged(cluster)
   // The new bundle still holds the pods' CA, plus another: a CA rotation with overlap.
   const next = await createCa({ name: 'next stargate ca' })
+  const replaced = Date.now()
   await writeFile(join(cluster.dir, 'ca.crt'), cluster.ca.certPem + next.certPem)
   t.strictSame(await pylon.ended, { ok: true, closeCode: 0, reason: 'upstream trust changed' }, 'the Pylon is told why')
+  t.ok(Date.now() - replaced >= 4500, 'after the 5 s trust-change grace (SPEC §8: graceful first)')
   t.strictSame(await atPod.wt.ended, { ok: true, closeCode: 0, reason: 'upstream trust changed' }, 'and so is the pod')
   await waitFor(async () => await cluster.metric('trust_replaced') === 1, { message: 'outcome trust_replaced' })
   const again = await cluster.open('stargate-0')

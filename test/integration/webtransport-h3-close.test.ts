@@ -16,6 +16,9 @@ import type { WtEndpointSession } from '../fixtures/h3-wt-session.ts'
 import { createCa } from '../fixtures/certs.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
+// The trust-change case waits out the router's 5 s grace (TRUST_CHANGE_GRACE_MS).
+t.setTimeout(90_000)
+
 async function bridged (cluster: H3Cluster, options: Parameters<H3Cluster['open']>[1] = {}): Promise<{ result: H3PylonResult, pylon: WtEndpointSession, atPod: WtEndpointSession }> {
   const result = await cluster.open('stargate-0', options)
   if (result.session === null) throw new Error(`no session: ${result.status} ${result.body}`)
@@ -90,12 +93,17 @@ t.test('a router shutdown closes open sessions at both ends with reason router s
   await shutdown
 })
 
-t.test('replacing the upstream trust bundle closes bridged sessions with outcome trust_replaced; new ones work', async (t) => {
+t.test('replacing the upstream trust bundle drains bridged sessions, closes them after the 5 s grace with outcome trust_replaced; new ones work', async (t) => {
   const cluster = await H3Cluster.start(t, { pods: ['stargate-0'], stub: { mode: 'manual' }, routerArgs: ['--tls-debounce-ms', '20'] })
   const { pylon, atPod } = await bridged(cluster)
   const next = await createCa({ name: 'next stargate ca' })
   await writeFile(join(cluster.dir, 'ca.crt'), cluster.ca.certPem + next.certPem)
+  // SPEC §8: graceful first (both peers asked to drain), closed after TRUST_CHANGE_GRACE_MS.
+  t.equal(await pylon.drains.next(), true, 'the Pylon is asked to drain')
+  const drained = Date.now()
+  t.equal(await atPod.drains.next(), true, 'and so is the pod')
   t.same(await pylon.ended, { how: 'closed', code: 0, reason: 'upstream trust changed' }, 'the Pylon is told why')
+  t.ok(Date.now() - drained >= 4500, 'the close comes after the grace')
   t.same(await atPod.ended, { how: 'closed', code: 0, reason: 'upstream trust changed' }, 'and so is the pod')
   await waitFor(async () => await cluster.metric('trust_replaced') === 1, { message: 'outcome trust_replaced' })
   const again = await cluster.open('stargate-0')

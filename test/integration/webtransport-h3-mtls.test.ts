@@ -13,6 +13,9 @@ import { createCa, createLeaf } from '../fixtures/certs.ts'
 import { readAll } from '../fixtures/h3-wt-session.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
+// A trust-change close waits out the router's 5 s grace (TRUST_CHANGE_GRACE_MS).
+t.setTimeout(90_000)
+
 t.test('with --client-ca-path only Pylons with a client certificate from that CA get an HTTP/3 session', async (t) => {
   const pylonCa = await createCa({ name: 'pylon ca' })
   const dir = await mkdtemp(join(tmpdir(), 'stargate-h3-mtls-'))
