@@ -36,14 +36,38 @@ t.test('streams beyond the Stargate\'s stream limit wait in the addon and all cr
   t.equal(QuicEngine.shared().counters().bridgedStreams - before, 12, 'the addon paired every one')
 })
 
-t.test('a Pylon that closes while its streams wait in the addon for the Stargate\'s credit leaves nothing behind', { skip }, async (t) => {
-  // A short idle timeout on the router's legs. Under load (six copies of this file at once
-  // beside a busy loop: 5 runs in 12) the router never processed the Pylon's one
-  // CONNECTION_CLOSE: its endpoint dropped no datagram and the kernel's RcvbufErrors did not
-  // move, and why the close is missing is not explained yet (issue 15, open). QUIC's answer to a
-  // close that never arrives is the idle timeout, 300 s by default, 4 s here; this test is about
-  // what the router leaves behind either way.
-  const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.123', args: ['--relay-idle-timeout-ms', '4000', '--relay-keep-alive-ms', '1000'] })
+/**
+ * Resolves once the Pylon has stopped sending and receiving (its UDP counters unchanged over
+ * 300 ms): everything it was allowed to send is out and acknowledged. quinn 0.9 cannot send
+ * CONNECTION_CLOSE while unsent stream data and a full congestion window gate its next packet
+ * (quinn issue 2785, fixed in PR 2787, not in 0.9): a close issued before then may never leave.
+ */
+async function quiet (pylon: QuinnPeer): Promise<void> {
+  let last = ''
+  await waitFor(async () => {
+    await new Promise((resolve) => { setTimeout(resolve, 300) })
+    const s = await pylon.stats(1)
+    const now = `${s.udp_tx_datagrams}/${s.udp_rx_datagrams}`
+    const same = now === last
+    last = now
+    return same
+  }, { timeoutMs: 15_000, message: 'the Pylon quiet' })
+}
+
+/** Blocks this thread, and with it the in-process router's event loop, for ms. */
+function starveRouter (ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
+}
+
+async function leftBehindNothing (engine: QuicEngine, baseline: ReturnType<QuicEngine['counters']>): Promise<void> {
+  await waitFor(() => {
+    const now = engine.counters()
+    return now.connections === baseline.connections && now.streams === baseline.streams && now.bufferedBytes === baseline.bufferedBytes
+  }, { timeoutMs: 15_000, message: 'the engine\'s live connections, streams and buffers back to the baseline' })
+}
+
+t.test('a Pylon that closes while its streams wait in the addon for the Stargate\'s credit: its code and reason reach the pod, nothing is left behind', { skip }, async (t) => {
+  const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.123' })
   // The pod takes one stream at a time and never finishes it: the rest wait in the addon.
   const stargate = await cluster.addQuinnPod('stargate-0', '127.0.123.10', { accept: 'hold', maxBidiStreams: 1 })
   const engine = QuicEngine.shared()
@@ -55,13 +79,36 @@ t.test('a Pylon that closes while its streams wait in the addon for the Stargate
   await Promise.all(ids.map(async (id, i) => { await pylon.write(1, id, { bytes: 50_000, seed: i }) }))
   await stargate.waitEvent('stream', { conn })
   await waitFor(() => engine.counters().bufferedBytes > baseline.bufferedBytes, { timeoutMs: 10_000, message: 'bytes of the waiting streams held in the addon' })
+  // Closed once its bytes are out (the next case is the close quinn 0.9 never sends).
+  await quiet(pylon)
   await pylon.close(1, 7, 'pylon gone mid-relay')
-  // The Pylon's code and reason when its close arrived; the idle close when it was lost.
+  t.match(await stargate.closed(conn, 20_000), { kind: 'application', by: 'peer', code: 7, reason: 'pylon gone mid-relay' }, 'the pod leg closed with the Pylon\'s code and reason')
+  await leftBehindNothing(engine, baseline)
+  t.pass('connections, streams and buffers back to the baseline')
+})
+
+t.test('a Pylon whose CONNECTION_CLOSE never leaves (quinn 0.9, congestion-blocked) is closed by the router\'s idle timeout, nothing left behind', { skip }, async (t) => {
+  // A short idle timeout on the router's legs: QUIC's answer to a close that never arrives.
+  const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.124', args: ['--relay-idle-timeout-ms', '3000', '--relay-keep-alive-ms', '1000'] })
+  const stargate = await cluster.addQuinnPod('stargate-0', '127.0.124.10', { accept: 'sink' })
+  const engine = QuicEngine.shared()
+  const baseline = engine.counters()
+  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath })
+  await pylon.established(1)
+  const { conn } = await stargate.waitEvent('connected')
+  const id = await pylon.open(1, 'bi')
+  // The router hears nothing for 400 ms, as a starved one: the Pylon's upload fills its initial
+  // congestion window unacknowledged, with more data queued, and then it closes. Both commands
+  // reach the quinn process now: a pipe write is attempted at once, not at the next turn.
+  starveRouter(10)
+  const writing = pylon.write(1, id, { bytes: 4 << 20, seed: 5 }).catch(() => undefined)
+  starveRouter(200)
+  const closing = pylon.close(1, 7, 'pylon gone mid-relay')
+  starveRouter(200)
+  await Promise.all([writing, closing])
+  t.match(await pylon.closed(1), { kind: 'application', by: 'local', code: 7 }, 'the Pylon closed')
   const closed = await stargate.closed(conn, 20_000)
-  t.ok((closed.code === 7 && closed.reason === 'pylon gone mid-relay') || (closed.code === 0 && /^pylon connection idle timeout$/.test(closed.reason)), `the pod leg closed with the Pylon's code and reason, or the idle reason (got ${closed.code} ${closed.reason})`)
-  await waitFor(() => {
-    const now = engine.counters()
-    return now.connections === baseline.connections && now.streams === baseline.streams && now.bufferedBytes === baseline.bufferedBytes
-  }, { timeoutMs: 15_000, message: 'the engine\'s live connections, streams and buffers back to the baseline' })
+  t.match(closed, { kind: 'application', by: 'peer', code: 0, reason: 'pylon connection idle timeout' }, 'the pod leg closed with the idle reason: the Pylon\'s close never arrived')
+  await leftBehindNothing(engine, baseline)
   t.pass('connections, streams and buffers back to the baseline')
 })
