@@ -39,6 +39,28 @@ async function tunnel (t: Teardown, subnet: string): Promise<Tunnel> {
   return { cluster, pylon, stargate, sc }
 }
 
+/**
+ * What each side said about the tunnel's end: the router's raw quic log lines (its close
+ * reason and which leg ended first) and both quinn peers' close events. quinn
+ * reports a lost send side only as "connection lost"; this says why.
+ */
+function closeStory ({ cluster, pylon, stargate }: Tunnel): string {
+  const router = cluster.kube.logs.lines().filter((line) => String(line.msg).startsWith('raw quic'))
+  const peer = (name: string, p: QuinnPeer): string[] => p.events.filter((e) => e.ev === 'closed').map((e) => `${name}: ${JSON.stringify(e)}`)
+  return ['router:', ...router.map((line) => `  ${JSON.stringify(line)}`), ...peer('pylon', pylon), ...peer('stargate', stargate)].join('\n')
+}
+
+/** Runs a transfer; when it fails, the error carries closeStory(). */
+async function explained<T> (tunnel: Tunnel, transfer: Promise<T>): Promise<T> {
+  try {
+    return await transfer
+  } catch (err) {
+    // The peers' close events arrive just after the failed write; give them a moment.
+    await new Promise((resolve) => { setTimeout(resolve, 500) })
+    throw new Error(`${err instanceof Error ? err.message : String(err)}\n${closeStory(tunnel)}`, { cause: err })
+  }
+}
+
 t.test('a no-ALPN quinn Pylon reaches a no-ALPN quinn Stargate through the router, offered no ALPN on either leg', { skip }, async (t) => {
   const { cluster, stargate } = await tunnel(t, '127.0.90')
   const hello = await stargate.waitEvent('client_hello')
@@ -50,15 +72,16 @@ t.test('a no-ALPN quinn Pylon reaches a no-ALPN quinn Stargate through the route
 })
 
 t.test('64 MiB each way byte-exact: the Stargate opens streams to the Pylon and the Pylon opens some too', { skip }, async (t) => {
-  const { pylon, stargate, sc } = await tunnel(t, '127.0.91')
+  const relayed = await tunnel(t, '127.0.91')
+  const { pylon, stargate, sc } = relayed
   // The reverse tunnel's main direction: the Stargate proxies a request to the Pylon (which echoes).
   const down = await stargate.open(sc, 'bi')
   const up = await pylon.open(1, 'bi')
-  await Promise.all([
+  await explained(relayed, Promise.all([
     stargate.write(sc, down, { bytes: 64 * MIB, seed: 11 }).then(async () => { await stargate.finish(sc, down) }),
     pylon.write(1, up, { bytes: 64 * MIB, seed: 12 }).then(async () => { await pylon.finish(1, up) }),
-  ])
-  const [back, echoed] = await Promise.all([stargate.recvDone(sc, down, 120_000), pylon.recvDone(1, up, 120_000)])
+  ]))
+  const [back, echoed] = await explained(relayed, Promise.all([stargate.recvDone(sc, down, 120_000), pylon.recvDone(1, up, 120_000)]))
   t.match(back, { bytes: 64 * MIB, fin: true, sha256: patternSha256(11, 64 * MIB) }, 'Stargate → Pylon → Stargate: 64 MiB each way intact')
   t.match(echoed, { bytes: 64 * MIB, fin: true, sha256: patternSha256(12, 64 * MIB) }, 'Pylon → Stargate → Pylon: 64 MiB each way intact')
   t.equal(down, 1, 'the Stargate\'s first stream is 1')
