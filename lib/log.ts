@@ -12,6 +12,9 @@ import { LogRateLimiter, type LimitedMessage } from './log-rate-limit.ts'
 
 export type { Logger }
 
+/** What per-request code logs through: a pino child, or the front door's lazily bound one. */
+export type RequestLog = Pick<Logger, 'warn' | 'debug' | 'isLevelEnabled'>
+
 /**
  * Messages a peer that has not authenticated (or a misbehaving pod) can trigger once per
  * connection or request. A prefix ends with '*'; `by` names the bounded field that splits the

@@ -17,8 +17,8 @@
  * the same on either front door; what Fastify costs is per HTTP request (bench http-forward).
  *
  * Per request Fastify does: find-my-way lookup (one wildcard route), Request/Reply objects, a
- * pino child logger carrying the request id (genReqId is the forwarder's x-request-id rule, so
- * the id in logs is the one sent upstream and back), then the route hijacks the reply and hands
+ * logger carrying the request id, bound lazily (request-logger.ts; genReqId is the forwarder's
+ * x-request-id rule, so the id in logs is the one sent upstream and back), then the route hijacks the reply and hands
  * the raw request and response to the forwarder, which streams them with undici. No body is
  * parsed (every method is bodyless to Fastify). Features the front door does
  * not use are off: request logging (a line per request), HEAD routes, 503 on closing (the
@@ -31,11 +31,12 @@ import Fastify, { LogController, type FastifyInstance } from 'fastify'
 import { FrontDoorListener, type FrontDoorOptions } from './listener.ts'
 import { createClientErrorHandler, createErrorHandler, type ForwardRequest } from './http-errors.ts'
 import { requestIdOf } from '../http-forward/headers.ts'
-import type { Logger } from '../log.ts'
+import type { Logger, RequestLog } from '../log.ts'
+import { RequestLogger } from './request-logger.ts'
 
 /** What the front door forwards HTTP requests to (HttpForwarder). */
 export interface HttpHandler {
-  handle (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, requestId: string, log: Logger): void
+  handle (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse, requestId: string, log: RequestLog): void
 }
 
 export interface FrontDoorAppOptions extends Omit<FrontDoorOptions, 'onHttpRequest'> {
@@ -64,6 +65,8 @@ export class FrontDoor {
       },
       clientErrorHandler: createClientErrorHandler(maxHeaderListSize, options.logger),
       genReqId: (req) => requestIdOf(req.headers['x-request-id']),
+      // request.log binds the request id on its first enabled line, not per request (request-logger.ts).
+      childLoggerFactory: (_parent, bindings) => new RequestLogger(options.logger, bindings),
       // No line per request (the forwarder logs failures); the id's field as the forwarder names it.
       logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
       exposeHeadRoutes: false,
@@ -76,8 +79,8 @@ export class FrontDoor {
     })
     const http = options.http
     const forward: ForwardRequest = (request, reply) => {
-      // request.log is a child of loggerInstance, a pino Logger; Fastify's types widen it.
-      http.handle(request.raw, reply.raw, request.id, request.log as Logger)
+      // request.log is our RequestLogger (childLoggerFactory); Fastify's types widen it.
+      http.handle(request.raw, reply.raw, request.id, request.log as RequestLogger)
       // After handle(): an exception in it still reaches the error handler (internal_error).
       reply.hijack()
     }

@@ -29,7 +29,7 @@ import type { Dispatcher } from 'undici'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { SnapshotReader } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
-import type { Logger } from '../log.ts'
+import type { RequestLog } from '../log.ts'
 import { ERROR_BODIES, HTTP_ERRORS, type HttpErrorCode, type StaticHttpErrorCode } from './errors.ts'
 import { downstreamResponseHeaders, upstreamRequestHeaders } from './headers.ts'
 import { resolveRequestTarget } from './request-target.ts'
@@ -76,8 +76,8 @@ class Exchange implements Dispatcher.DispatchHandler {
   readonly req: Req
   readonly res: Res
   readonly requestId: string
-  /** The request's logger (the front door's child logger, which carries the request id). */
-  readonly log: Logger
+  /** The request's logger (the front door's request logger, which carries the request id). */
+  readonly log: RequestLog
   readonly startedAt: number
   readonly hostTargeted: boolean
   readonly headers: string[]
@@ -103,7 +103,7 @@ class Exchange implements Dispatcher.DispatchHandler {
   readonly corkable: boolean
   wroteBody = false
 
-  constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, path: string, hostTargeted: boolean, requestId: string, log: Logger, headers: string[], hasBody: boolean) {
+  constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, path: string, hostTargeted: boolean, requestId: string, log: RequestLog, headers: string[], hasBody: boolean) {
     this.forwarder = forwarder
     this.log = log
     this.req = req
@@ -294,7 +294,7 @@ export class HttpForwarder {
    * Forwards one request. The front door gives it the request id (the client's valid
    * x-request-id, else a new one: requestIdOf in headers.ts) and its logger.
    */
-  handle (req: Req, res: Res, requestId: string, log: Logger): void {
+  handle (req: Req, res: Res, requestId: string, log: RequestLog): void {
     const { options } = this
     const h2 = req.httpVersionMajor === 2
     const target = resolveRequestTarget(h2, req.url ?? '/', req.headers.host, h2 ? (req as Http2ServerRequest).authority : undefined)

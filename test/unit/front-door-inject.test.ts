@@ -110,3 +110,20 @@ t.test('an exception while handling a request is 500 internal_error, logged with
   t.match(line, { level: 50, requestId: 'req-42', err: 'boom' })
   t.notMatch(sink.text(), 'sekret-token')
 })
+
+t.test('a line the forwarder logs for a request carries its id; a level that is off logs nothing', async (t) => {
+  // request.log is bound lazily (lib/front-door/request-logger.ts): the id must still be there.
+  const logging: HttpHandler = {
+    handle: (_req, res, _id, log) => {
+      log.debug({ detail: 'hidden' }, 'a debug line')
+      log.warn({ pod: 'stargate-0' }, 'upstream request failed')
+      res.statusCode = 204
+      res.end()
+    },
+  }
+  const { door, sink } = build(t, [], logging)
+  const res = await door.app.inject({ method: 'POST', url: '/v1/chat/completions', headers: { 'x-request-id': 'req-7' }, payload: '{}' })
+  t.equal(res.statusCode, 204)
+  t.match(sink.lines().find((l) => l.msg === 'upstream request failed'), { level: 40, requestId: 'req-7', pod: 'stargate-0' })
+  t.notOk(sink.lines().some((l) => l.msg === 'a debug line'))
+})
