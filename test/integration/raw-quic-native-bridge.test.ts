@@ -59,10 +59,24 @@ function starveRouter (ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
 }
 
-async function leftBehindNothing (engine: QuicEngine, baseline: ReturnType<QuicEngine['counters']>): Promise<void> {
+type Counters = ReturnType<QuicEngine['counters']>
+
+/**
+ * The shared engine's counters once the earlier tests' connections are gone. Their teardown
+ * closes them, but a closed connection lives on for its closing period (3 × PTO, longer on a
+ * loaded machine): a baseline taken while one still closes would never be met again.
+ */
+async function baselineOf (engine: QuicEngine): Promise<Counters> {
+  await waitFor(() => engine.counters().connections === 0, { timeoutMs: 15_000, message: 'the earlier tests\' connections gone, closing periods included' })
+  return engine.counters()
+}
+
+async function leftBehindNothing (engine: QuicEngine, baseline: Counters): Promise<void> {
+  const live = ({ connections, streams, bufferedBytes }: Counters): string => JSON.stringify({ connections, streams, bufferedBytes })
   await waitFor(() => {
     const now = engine.counters()
-    return now.connections === baseline.connections && now.streams === baseline.streams && now.bufferedBytes === baseline.bufferedBytes
+    if (live(now) !== live(baseline)) throw new Error(`now ${live(now)}, baseline ${live(baseline)}`)
+    return true
   }, { timeoutMs: 15_000, message: 'the engine\'s live connections, streams and buffers back to the baseline' })
 }
 
@@ -71,7 +85,7 @@ t.test('a Pylon that closes while its streams wait in the addon for the Stargate
   // The pod takes one stream at a time and never finishes it: the rest wait in the addon.
   const stargate = await cluster.addQuinnPod('stargate-0', '127.0.123.10', { accept: 'hold', maxBidiStreams: 1 })
   const engine = QuicEngine.shared()
-  const baseline = engine.counters()
+  const baseline = await baselineOf(engine)
   const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath })
   await pylon.established(1)
   const { conn } = await stargate.waitEvent('connected')
@@ -92,7 +106,7 @@ t.test('a Pylon whose CONNECTION_CLOSE never leaves (quinn 0.9, congestion-block
   const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.124', args: ['--relay-idle-timeout-ms', '3000', '--relay-keep-alive-ms', '1000'] })
   const stargate = await cluster.addQuinnPod('stargate-0', '127.0.124.10', { accept: 'sink' })
   const engine = QuicEngine.shared()
-  const baseline = engine.counters()
+  const baseline = await baselineOf(engine)
   const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath })
   await pylon.established(1)
   const { conn } = await stargate.waitEvent('connected')

@@ -55,8 +55,9 @@ async function explained<T> (tunnel: Tunnel, transfer: Promise<T>): Promise<T> {
   try {
     return await transfer
   } catch (err) {
-    // The peers' close events arrive just after the failed write; give them a moment.
-    await new Promise((resolve) => { setTimeout(resolve, 500) })
+    // The peers' close events arrive just after the failed write: wait for them (bounded, as
+    // a peer whose connection is still up sends none).
+    await Promise.allSettled([tunnel.pylon.closed(1, 5000), tunnel.stargate.closed(tunnel.sc, 5000)])
     throw new Error(`${err instanceof Error ? err.message : String(err)}\n${closeStory(tunnel)}`, { cause: err })
   }
 }
