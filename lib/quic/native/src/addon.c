@@ -887,6 +887,9 @@ static void finalize_instance(napi_env env, void *data, void *hint) {
      the engine's memory is left to the process exit. */
 }
 
+/* A plain method of the exports object (no getter, setter or data). */
+#define METHOD(name, fn) {name, NULL, fn, NULL, NULL, NULL, napi_default, NULL}
+
 NAPI_MODULE_INIT() {
   qengine *eng = calloc(1, sizeof *eng);
   if (eng == NULL || engine_init(eng, env) != 0) {
@@ -896,34 +899,34 @@ NAPI_MODULE_INIT() {
   napi_set_instance_data(env, eng, finalize_instance, NULL);
   napi_add_env_cleanup_hook(env, cleanup, eng);
   napi_property_descriptor fns[] = {
-      {"init", NULL, js_init, NULL, NULL, NULL, napi_default, NULL},
-      {"credServer", NULL, js_cred_server, NULL, NULL, NULL, napi_default, NULL},
-      {"credClient", NULL, js_cred_client, NULL, NULL, NULL, napi_default, NULL},
-      {"credRelease", NULL, js_cred_release, NULL, NULL, NULL, napi_default, NULL},
-      {"listen", NULL, js_listen, NULL, NULL, NULL, napi_default, NULL},
-      {"endpointConfigure", NULL, js_endpoint_configure, NULL, NULL, NULL, napi_default, NULL},
-      {"endpointStats", NULL, js_endpoint_stats, NULL, NULL, NULL, napi_default, NULL},
-      {"endpointClose", NULL, js_endpoint_close, NULL, NULL, NULL, napi_default, NULL},
-      {"accept", NULL, js_accept, NULL, NULL, NULL, napi_default, NULL},
-      {"reject", NULL, js_reject, NULL, NULL, NULL, napi_default, NULL},
-      {"connect", NULL, js_connect, NULL, NULL, NULL, napi_default, NULL},
-      {"close", NULL, js_close, NULL, NULL, NULL, napi_default, NULL},
-      {"destroy", NULL, js_destroy, NULL, NULL, NULL, napi_default, NULL},
-      {"connInfo", NULL, js_conn_info, NULL, NULL, NULL, napi_default, NULL},
-      {"connStats", NULL, js_conn_stats, NULL, NULL, NULL, napi_default, NULL},
-      {"peerCertificates", NULL, js_peer_certificates, NULL, NULL, NULL, napi_default, NULL},
-      {"streamOpen", NULL, js_stream_open, NULL, NULL, NULL, napi_default, NULL},
-      {"streamsLeft", NULL, js_streams_left, NULL, NULL, NULL, napi_default, NULL},
-      {"streamRead", NULL, js_stream_read, NULL, NULL, NULL, napi_default, NULL},
-      {"streamWrite", NULL, js_stream_write, NULL, NULL, NULL, napi_default, NULL},
-      {"streamReset", NULL, js_stream_reset, NULL, NULL, NULL, napi_default, NULL},
-      {"streamStop", NULL, js_stream_stop, NULL, NULL, NULL, napi_default, NULL},
-      {"splice", NULL, js_splice, NULL, NULL, NULL, napi_default, NULL},
-      {"streamBridge", NULL, js_stream_bridge, NULL, NULL, NULL, napi_default, NULL},
-      {"datagramSend", NULL, js_datagram_send, NULL, NULL, NULL, napi_default, NULL},
-      {"datagramBridge", NULL, js_datagram_bridge, NULL, NULL, NULL, napi_default, NULL},
-      {"datagramMap", NULL, js_datagram_map, NULL, NULL, NULL, napi_default, NULL},
-      {"counters", NULL, js_counters, NULL, NULL, NULL, napi_default, NULL},
+      METHOD("init", js_init),
+      METHOD("credServer", js_cred_server),
+      METHOD("credClient", js_cred_client),
+      METHOD("credRelease", js_cred_release),
+      METHOD("listen", js_listen),
+      METHOD("endpointConfigure", js_endpoint_configure),
+      METHOD("endpointStats", js_endpoint_stats),
+      METHOD("endpointClose", js_endpoint_close),
+      METHOD("accept", js_accept),
+      METHOD("reject", js_reject),
+      METHOD("connect", js_connect),
+      METHOD("close", js_close),
+      METHOD("destroy", js_destroy),
+      METHOD("connInfo", js_conn_info),
+      METHOD("connStats", js_conn_stats),
+      METHOD("peerCertificates", js_peer_certificates),
+      METHOD("streamOpen", js_stream_open),
+      METHOD("streamsLeft", js_streams_left),
+      METHOD("streamRead", js_stream_read),
+      METHOD("streamWrite", js_stream_write),
+      METHOD("streamReset", js_stream_reset),
+      METHOD("streamStop", js_stream_stop),
+      METHOD("splice", js_splice),
+      METHOD("streamBridge", js_stream_bridge),
+      METHOD("datagramSend", js_datagram_send),
+      METHOD("datagramBridge", js_datagram_bridge),
+      METHOD("datagramMap", js_datagram_map),
+      METHOD("counters", js_counters),
   };
   napi_define_properties(env, exports, sizeof fns / sizeof fns[0], fns);
   return exports;
