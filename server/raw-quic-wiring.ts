@@ -106,23 +106,9 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
   })
   metrics.setEndpointSource(() => {
     const stats = endpoint.stats()
-    return {
-      connections: stats === null ? 0 : stats.connections + stats.pending,
-      halfOpen: stats?.halfOpen ?? 0,
-      dropped: {
-        malformed: stats?.dropMalformed ?? 0,
-        unknown_connection: stats?.dropUnknownConnection ?? 0,
-        connection_limit: stats?.dropConnectionLimit ?? 0,
-        invalid_token: stats?.dropInvalidToken ?? 0,
-        pending_limit: stats?.dropPendingLimit ?? 0,
-        closing: stats?.dropClosed ?? 0,
-      },
-      stateless: {
-        retry: stats?.retries ?? 0,
-        stateless_reset: stats?.statelessResets ?? 0,
-        version_negotiation: stats?.versionNegotiations ?? 0,
-      },
-    }
+    return stats === null
+      ? null
+      : { connections: stats.connections + stats.pending, halfOpen: stats.halfOpen, dropped: stats.dropped, stateless: stats.stateless }
   })
   metrics.setEngineSource(() => engine.counters())
   const udp = { address: endpoint.address, port: endpoint.port, family: endpoint.address.includes(':') ? 'IPv6' : 'IPv4' }

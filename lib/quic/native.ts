@@ -120,31 +120,44 @@ export interface NativeConnStats {
   readonly bridgedStreams: number
 }
 
-export interface NativeEndpointStats {
-  readonly connections: number
-  readonly pending: number
-  readonly halfOpen: number
+/**
+ * Why an endpoint dropped a received datagram before it reached a connection: not QUIC (or
+ * truncated, or an Initial that does not parse), for no connection (and no stateless reset
+ * owed), over the connection limit, a bad Retry token, over the bound on Initials waiting for
+ * routing, or once the endpoint stopped accepting. The addon's table (quic.h Q_DROP_REASONS)
+ * has the same strings, in this order; they are the label values of
+ * quic_datagrams_dropped_total.
+ */
+export const ENDPOINT_DROP_REASONS = ['malformed', 'unknown_connection', 'connection_limit', 'invalid_token', 'pending_limit', 'closing'] as const
+export type EndpointDropReason = typeof ENDPOINT_DROP_REASONS[number]
+
+/** Packets an endpoint answers without connection state (quic.h Q_STATELESS_PACKETS, issue 15, SPEC §12). */
+export const STATELESS_PACKET_TYPES = ['retry', 'stateless_reset', 'version_negotiation'] as const
+export type StatelessPacketType = typeof STATELESS_PACKET_TYPES[number]
+
+/** Datagram I/O of one endpoint, or of the engine in total (addon.c set_io). */
+export interface NativeIo {
   readonly rxDatagrams: number
   readonly rxBytes: number
   readonly txDatagrams: number
   readonly txBytes: number
-  readonly dropMalformed: number
-  readonly dropUnknownConnection: number
-  readonly dropConnectionLimit: number
-  readonly dropInvalidToken: number
-  readonly dropPendingLimit: number
-  readonly dropClosed: number
-  readonly dropSend: number
-  readonly retries: number
-  readonly versionNegotiations: number
-  readonly statelessResets: number
+  /** Sends the socket refused or that found no room to wait (a GSO batch counts once): lost, QUIC recovers. */
+  readonly txDropped: number
+}
+
+export interface NativeEndpointStats extends NativeIo {
+  readonly connections: number
+  readonly pending: number
+  readonly halfOpen: number
+  readonly dropped: Readonly<Record<EndpointDropReason, number>>
+  readonly stateless: Readonly<Record<StatelessPacketType, number>>
   readonly proposed: number
   readonly rejected: number
   readonly accepted: number
   readonly gso: number
 }
 
-export interface NativeCounters {
+export interface NativeCounters extends NativeIo {
   readonly connections: number
   readonly streams: number
   readonly pending: number
@@ -154,8 +167,6 @@ export interface NativeCounters {
   readonly credentials: number
   readonly sendCalls: number
   readonly recvCalls: number
-  readonly rxDatagrams: number
-  readonly txDatagrams: number
   /** Engine turns (writes of dirty connections + event delivery). */
   readonly turns: number
   readonly writes: number

@@ -10,24 +10,12 @@
 import type { Counter, Gauge, Registry } from 'prom-client'
 import { collectTotals, defineMetrics } from '../metrics/define.ts'
 import { HANDSHAKE_FAILURE_REASONS } from '../quic/handshake-failure.ts'
+import { ENDPOINT_DROP_REASONS, STATELESS_PACKET_TYPES, type EndpointDropReason, type StatelessPacketType } from '../quic/native.ts'
 
 const QUIC_OUTCOMES = ['accepted', 'missing_sni', 'unknown_sni', 'target_unavailable', 'completed', 'relay_error'] as const
 export type QuicOutcome = typeof QUIC_OUTCOMES[number]
 
 const RELAY_DIRECTIONS = ['client_to_stargate', 'stargate_to_client'] as const
-
-/**
- * Why the tunnel port dropped a datagram before it reached a connection (the engine's
- * endpoint, lib/quic/native/src/endpoint.c): not QUIC, for no connection (and no stateless
- * reset owed), over --quic-max-connections, a bad Retry token, over the bound on Initials
- * waiting for routing, or arriving while the endpoint closes.
- */
-const DROP_REASONS = ['malformed', 'unknown_connection', 'connection_limit', 'invalid_token', 'pending_limit', 'closing'] as const
-export type DropReason = typeof DROP_REASONS[number]
-
-/** Packets the tunnel port answers without any connection state (issue 15, SPEC §12). */
-const STATELESS_PACKETS = ['retry', 'stateless_reset', 'version_negotiation'] as const
-export type StatelessPacket = typeof STATELESS_PACKETS[number]
 
 /**
  * Why a handshake on the tunnel port was refused or failed (issue 15): the SNI refusals made
@@ -47,8 +35,9 @@ export interface EndpointCounts {
   readonly connections: number
   /** Handshakes in progress (not yet established). */
   readonly halfOpen: number
-  readonly dropped: Readonly<Record<DropReason, number>>
-  readonly stateless: Readonly<Record<StatelessPacket, number>>
+  /** By the engine's own reason and type names (lib/quic/native.ts), which are the label values. */
+  readonly dropped: Readonly<Record<EndpointDropReason, number>>
+  readonly stateless: Readonly<Record<StatelessPacketType, number>>
 }
 
 /** The QUIC engine's I/O counters (lib/quic/native.ts NativeCounters), read at scrape time. */
@@ -82,14 +71,17 @@ export interface RawQuicMetrics {
   setEngineSource (source: () => EngineIo): void
   /** Where quic_relayed_bytes_total reads its (monotonic) totals at scrape time. */
   setRelayedBytesSource (source: () => RelayedBytes): void
-  /** Where the endpoint gauges and drop counters read their values at scrape time. */
-  setEndpointSource (source: () => EndpointCounts): void
+  /**
+   * Where the endpoint gauges and drop counters read their values at scrape time; the source
+   * returns null once the endpoint is gone (the gauges read 0, the counters keep their totals).
+   */
+  setEndpointSource (source: () => EndpointCounts | null): void
 }
 
 export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
   const define = defineMetrics(registry)
   let relayed: (() => RelayedBytes) | null = null
-  let endpoint: (() => EndpointCounts) | null = null
+  let endpoint: (() => EndpointCounts | null) | null = null
   let engineIo: (() => EngineIo) | null = null
   let busyNsReported = 0
   return {
@@ -103,16 +95,16 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
     quicEndpointConnections: define.gauge(
       'quic_endpoint_connections',
       'QUIC connections on the tunnel port (handshaking, relaying or closing); bounded by --quic-max-connections',
-      {}, function () { if (endpoint !== null) this.set(endpoint().connections) }),
+      {}, function () { if (endpoint !== null) this.set(endpoint()?.connections ?? 0) }),
     quicEndpointHalfOpen: define.gauge(
       'quic_endpoint_half_open',
       'QUIC handshakes in progress on the tunnel port (Initials waiting for routing included); above --quic-retry-threshold every new client is sent a Retry first',
-      {}, function () { if (endpoint !== null) this.set(endpoint().halfOpen) }),
+      {}, function () { if (endpoint !== null) this.set(endpoint()?.halfOpen ?? 0) }),
     quicStatelessPackets: define.counter(
       'quic_stateless_packets_total',
       'Packets the tunnel port answered without connection state, by type: retry (address validation under load or --quic-retry), stateless_reset (a packet for a connection it does not know), version_negotiation',
-      { type: STATELESS_PACKETS },
-      collectTotals('type', readingOf(() => endpoint, (counts) => counts.stateless))),
+      { type: STATELESS_PACKET_TYPES },
+      collectTotals('type', readingOf(() => endpoint, (counts) => counts?.stateless ?? null))),
     quicHandshakeFailures: define.counter('quic_handshake_failures_total', 'QUIC handshakes on the tunnel port (raw QUIC, or WebTransport over HTTP/3) refused or failed, by reason: missing_sni, unknown_sni, target_unavailable (refused from the Initial), alpn, certificate, client_certificate, timeout, tls, protocol, peer_refused, unreachable (the Pylon leg), and the same prefixed upstream_ for the leg to the pod', { reason: HANDSHAKE_FAILURES }),
     quicEngineSyscalls: define.counter(
       'quic_engine_syscalls_total',
@@ -136,12 +128,12 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
     quicDatagramsDropped: define.counter(
       'quic_datagrams_dropped_total',
       'Datagrams the tunnel port dropped before they reached a connection, by reason (malformed, unknown_connection, connection_limit, invalid_token, pending_limit, closing)',
-      { reason: DROP_REASONS },
-      collectTotals('reason', readingOf(() => endpoint, (counts) => counts.dropped))),
+      { reason: ENDPOINT_DROP_REASONS },
+      collectTotals('reason', readingOf(() => endpoint, (counts) => counts?.dropped ?? null))),
     setRelayedBytesSource (fn: () => RelayedBytes): void {
       relayed = fn
     },
-    setEndpointSource (fn: () => EndpointCounts): void {
+    setEndpointSource (fn: () => EndpointCounts | null): void {
       endpoint = fn
     },
     setEngineSource (fn: () => EngineIo): void {
@@ -152,9 +144,10 @@ export function createRawQuicMetrics (registry: Registry): RawQuicMetrics {
 
 /**
  * Totals by label value from a scrape-time source that may not be attached yet (`current`
- * returns the source as it is at scrape time, null before set*Source).
+ * returns the source as it is at scrape time, null before set*Source; `pick` null: nothing to
+ * report now).
  */
-function readingOf<T> (current: () => (() => T) | null, pick: (value: T) => Readonly<Record<string, number>>): () => Readonly<Record<string, number>> | null {
+function readingOf<T> (current: () => (() => T) | null, pick: (value: T) => Readonly<Record<string, number>> | null): () => Readonly<Record<string, number>> | null {
   return () => {
     const source = current()
     return source === null ? null : pick(source())

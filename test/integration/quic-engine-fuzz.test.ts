@@ -149,9 +149,9 @@ t.test(`${TOTAL.toLocaleString('en')} random and mutated datagrams: no crash, th
   t.comment(`fuzz halves took ${firstHalfMs} ms and ${Date.now() - began - firstHalfMs} ms, expiry included`)
   const stats = server.endpoint.stats()
   t.ok((stats?.rxDatagrams ?? 0) >= TOTAL * 0.9, `the endpoint read the datagrams (${stats?.rxDatagrams} of ${TOTAL})`)
-  t.ok((stats?.dropMalformed ?? 0) + (stats?.dropUnknownConnection ?? 0) > 0, `malformed and unknown datagrams dropped (${stats?.dropMalformed}, ${stats?.dropUnknownConnection})`)
-  t.ok((stats?.statelessResets ?? 0) > 0, `stateless resets sent, rate-limited (${stats?.statelessResets})`)
-  t.comment(`received ${stats?.rxDatagrams}, proposals ${stats?.proposed}, accepted ${stats?.accepted}, version negotiations ${stats?.versionNegotiations}, rejected-by-limit ${stats?.dropConnectionLimit}`)
+  t.ok((stats?.dropped.malformed ?? 0) + (stats?.dropped.unknown_connection ?? 0) > 0, `malformed and unknown datagrams dropped (${stats?.dropped.malformed}, ${stats?.dropped.unknown_connection})`)
+  t.ok((stats?.stateless.stateless_reset ?? 0) > 0, `stateless resets sent, rate-limited (${stats?.stateless.stateless_reset})`)
+  t.comment(`received ${stats?.rxDatagrams}, proposals ${stats?.proposed}, accepted ${stats?.accepted}, version negotiations ${stats?.stateless.version_negotiation}, rejected-by-limit ${stats?.dropped.connection_limit}`)
 
   // The endpoint still serves a real client.
   const client = dial(t, '127.0.89.1', server.endpoint.port, { credentials: tls.clientCredentials })

@@ -11,9 +11,12 @@ import { createSocket } from 'node:dgram'
 import { clientHello, scatteredHello } from '../fixtures/quic-initial.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import { closed, dial, engineTls, established, listen, readToEnd } from '../fixtures/quic-engine.ts'
+import { rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
 import type { QuicStream } from '../../lib/quic/stream.ts'
 import { APPLICATION_ERROR } from '../../lib/quic/endpoint.ts'
 import { ClientCredentials } from '../../lib/quic/credentials.ts'
+import { QuicEngine } from '../../lib/quic/engine.ts'
+import { ENDPOINT_DROP_REASONS, STATELESS_PACKET_TYPES } from '../../lib/quic/native.ts'
 
 t.test('a client offering no ALPN reaches a server that accepts none: both sides see no protocol', async (t) => {
   const tls = await engineTls(t)
@@ -177,5 +180,30 @@ t.test('after a restart with the same reset secret, a client of the old process 
   client.openStream(true)?.write(randomBytes(1000))
   const info = await closed(client)
   t.equal(info.kind, 'stateless_reset', 'the client closed on a stateless reset, not after its 60 s idle timeout')
-  t.ok((second.endpoint.stats()?.statelessResets ?? 0) >= 1, 'sent by the new endpoint')
+  t.ok((second.endpoint.stats()?.stateless.stateless_reset ?? 0) >= 1, 'sent by the new endpoint')
+})
+
+// The metrics pass these objects on as they come (server/raw-quic-wiring.ts), so the addon's
+// names must be the label values of quic_datagrams_dropped_total and quic_stateless_packets_total.
+t.test('the endpoint counts drops and stateless answers by reason under the metrics\' label values', async (t) => {
+  const server = listen(t, '127.0.80.9', (await engineTls(t)).serverCredentials)
+  const socket = await rawSocket(t, '127.0.80.9')
+  const before = QuicEngine.shared().counters()
+  // One byte is not QUIC; an HTTP request reads as a short header for no connection, too small
+  // to be owed a stateless reset.
+  await sendRaw(socket, server.endpoint.port, Buffer.alloc(1), '127.0.80.9')
+  await sendRaw(socket, server.endpoint.port, Buffer.from('GET / HTTP/1.1\r\n\r\n'), '127.0.80.9')
+  // A long header of a version nobody speaks, padded to 1200 bytes: Version Negotiation answers it.
+  const unknownVersion = Buffer.concat([Buffer.from([0xc0, 0x1a, 0x2a, 0x3a, 0x4a, 8]), randomBytes(8), Buffer.from([8]), randomBytes(8)])
+  await sendRaw(socket, server.endpoint.port, Buffer.concat([unknownVersion, Buffer.alloc(1200 - unknownVersion.length)]), '127.0.80.9')
+  await waitFor(() => (server.endpoint.stats()?.stateless.version_negotiation ?? 0) > 0, { message: 'the version negotiation' })
+  const stats = server.endpoint.stats()
+  if (stats === null) return t.fail('no endpoint stats')
+  t.same(Object.keys(stats.dropped), ENDPOINT_DROP_REASONS, 'drops by every reason the metric lists, in its order')
+  t.same(Object.keys(stats.stateless), STATELESS_PACKET_TYPES, 'stateless packets by every type the metric lists')
+  t.same(stats.dropped, { malformed: 1, unknown_connection: 1, connection_limit: 0, invalid_token: 0, pending_limit: 0, closing: 0 })
+  t.same(stats.stateless, { retry: 0, stateless_reset: 0, version_negotiation: 1 })
+  t.match(stats, { rxDatagrams: 3, txDatagrams: 1, txDropped: 0 }, 'the endpoint read three datagrams and sent one')
+  const after = QuicEngine.shared().counters()
+  t.ok(after.rxDatagrams - before.rxDatagrams >= 3 && after.txDatagrams - before.txDatagrams >= 1, 'the engine total counts them too')
 })

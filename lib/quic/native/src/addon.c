@@ -37,7 +37,11 @@
  *   options: {recvBuffer, sendBuffer, maxConnections, maxHalfOpenPerAddress, retryThreshold,
  *             retry, pendingTimeoutMs, resetSecret: Buffer(32) | null, transport}
  * endpointConfigure(endpoint, options)      same options, changed for later Initials
- * endpointStats(endpoint) -> object         counters (datagrams, drops by reason, retries...)
+ * endpointStats(endpoint) -> {connections, pending, halfOpen, I/O, dropped: {reason: n},
+ *                              stateless: {type: n}, proposed, rejected, accepted, gso}
+ *   I/O: rxDatagrams, rxBytes, txDatagrams, txBytes, txDropped (sends lost). dropped (received
+ *   datagrams that reached no connection) and stateless (packets answered without connection
+ *   state) are keyed by quic.h's Q_DROP_REASONS and Q_STATELESS_PACKETS strings
  * endpointClose(endpoint)                   closes the socket; connections on it are destroyed
  * accept(pending, cred, alpn: Buffer | null, transport | null) -> conn
  *   alpn: the protocols (wire format) the server accepts, chosen by TypeScript (empty: none)
@@ -76,7 +80,8 @@
  * datagramBridge(connA, connB, mode)        0 off, 1 raw both ways, 2 HTTP/3 (quarter stream
  *                                           ids mapped, unknown ones dropped and counted)
  * datagramMap(conn, fromQuarterId, toQuarterId)   for mode 2, datagrams arriving on conn
- * counters() -> object                      live objects and syscalls (leak checks, benchmarks),
+ * counters() -> object                      live objects, syscalls and I/O (as endpointStats, all
+ *   endpoints) for leak checks, benchmarks and metrics;
  *   busyNs (thread CPU time in the engine's libuv callbacks, JavaScript excluded: an estimate
  *   from a random 1 in 16 of them, engine.c), mallocInUse (glibc heap),
  *   bridgedStreams (streams streamBridge paired, all connections)
@@ -459,6 +464,27 @@ static napi_value js_endpoint_configure(napi_env env, napi_callback_info info) {
 
 #define SET(name, value) napi_set_named_property(env, o, name, num(env, (double)(value)))
 
+#define Q_NAME_ENTRY(id, name) name,
+static const char *const DROP_REASON_NAMES[Q_NDROP_REASONS] = {Q_DROP_REASONS(Q_NAME_ENTRY)};
+static const char *const STATELESS_PACKET_NAMES[Q_NSTATELESS_PACKETS] = {Q_STATELESS_PACKETS(Q_NAME_ENTRY)};
+
+/* An endpoint's datagram I/O, or the engine's total: the same names in endpointStats and counters. */
+static void set_io(napi_env env, napi_value o, const qio *io) {
+  SET("rxDatagrams", io->rx_dgrams);
+  SET("rxBytes", io->rx_bytes);
+  SET("txDatagrams", io->tx_dgrams);
+  SET("txBytes", io->tx_bytes);
+  SET("txDropped", io->tx_dropped);
+}
+
+/* {names[i]: counts[i]}: a counter array indexed by one of quic.h's reason tables. */
+static napi_value counts_by_name(napi_env env, const char *const *names, const uint64_t *counts, int n) {
+  napi_value o;
+  napi_create_object(env, &o);
+  for (int i = 0; i < n; i++) SET(names[i], counts[i]);
+  return o;
+}
+
 static napi_value js_endpoint_stats(napi_env env, napi_callback_info info) {
   qengine *eng = engine_of(env);
   napi_value argv[1];
@@ -470,20 +496,9 @@ static napi_value js_endpoint_stats(napi_env env, napi_callback_info info) {
   SET("connections", ep->nconns);
   SET("pending", ep->npending);
   SET("halfOpen", ep->half_open);
-  SET("rxDatagrams", ep->c_rx_dgrams);
-  SET("rxBytes", ep->c_rx_bytes);
-  SET("txDatagrams", ep->c_tx_dgrams);
-  SET("txBytes", ep->c_tx_bytes);
-  SET("dropMalformed", ep->c_drop_malformed);
-  SET("dropUnknownConnection", ep->c_drop_unknown);
-  SET("dropConnectionLimit", ep->c_drop_limit);
-  SET("dropInvalidToken", ep->c_drop_token);
-  SET("dropPendingLimit", ep->c_drop_pending);
-  SET("dropClosed", ep->c_drop_closed);
-  SET("dropSend", ep->c_drop_tx);
-  SET("retries", ep->c_retry);
-  SET("versionNegotiations", ep->c_vn);
-  SET("statelessResets", ep->c_reset);
+  set_io(env, o, &ep->io);
+  napi_set_named_property(env, o, "dropped", counts_by_name(env, DROP_REASON_NAMES, ep->c_dropped, Q_NDROP_REASONS));
+  napi_set_named_property(env, o, "stateless", counts_by_name(env, STATELESS_PACKET_NAMES, ep->c_stateless, Q_NSTATELESS_PACKETS));
   SET("proposed", ep->c_proposed);
   SET("rejected", ep->c_rejected);
   SET("accepted", ep->c_accepted);
@@ -861,8 +876,7 @@ static napi_value js_counters(napi_env env, napi_callback_info info) {
   SET("credentials", eng->live_creds);
   SET("sendCalls", eng->c_sendmmsg);
   SET("recvCalls", eng->c_recvmmsg);
-  SET("rxDatagrams", eng->c_rx_dgrams);
-  SET("txDatagrams", eng->c_tx_dgrams);
+  set_io(env, o, &eng->io);
   SET("turns", eng->c_runs);
   SET("writes", eng->c_writes);
   SET("polls", eng->c_polls);

@@ -263,6 +263,28 @@ void ep_half_open_release(qendpoint *ep, const uint8_t key[16]) {
   if (ep->half_open > 0) ep->half_open--;
 }
 
+/* ---- I/O counters: each count goes to the endpoint and to the engine's total at once ---- */
+
+static void count_rx(qendpoint *ep, uint64_t bytes) {
+  ep->io.rx_dgrams++;
+  ep->io.rx_bytes += bytes;
+  ep->eng->io.rx_dgrams++;
+  ep->eng->io.rx_bytes += bytes;
+}
+
+static void count_tx(qendpoint *ep, uint64_t dgrams, uint64_t bytes) {
+  ep->io.tx_dgrams += dgrams;
+  ep->io.tx_bytes += bytes;
+  ep->eng->io.tx_dgrams += dgrams;
+  ep->eng->io.tx_bytes += bytes;
+}
+
+/* Lost sends: QUIC recovers. */
+static void count_tx_dropped(qendpoint *ep, uint64_t sends) {
+  ep->io.tx_dropped += sends;
+  ep->eng->io.tx_dropped += sends;
+}
+
 /* ---- transmit ---- */
 
 void ep_send_raw(qendpoint *ep, const uint8_t *data, size_t len, const struct sockaddr *to, socklen_t tolen) {
@@ -272,11 +294,8 @@ void ep_send_raw(qendpoint *ep, const uint8_t *data, size_t len, const struct so
     rv = ep->connected ? send(ep->fd, data, len, 0) : sendto(ep->fd, data, len, 0, to, tolen);
   } while (rv < 0 && errno == EINTR);
   ep->eng->c_sendmmsg++;
-  if (rv < 0) ep->c_drop_tx++;
-  else {
-    ep->c_tx_dgrams++;
-    ep->c_tx_bytes += len;
-  }
+  if (rv < 0) count_tx_dropped(ep, 1);
+  else count_tx(ep, 1, len);
 }
 
 int ep_tx_reserve(qendpoint *ep, uint8_t **buf, size_t *cap) {
@@ -354,10 +373,7 @@ static int send_run(qendpoint *ep, uint8_t *base, qtxmsg *msgs, int n, int *bloc
     ep->eng->c_sendmmsg++;
     if (rv > 0) {
       for (int i = done; i < done + rv; i++) {
-        uint64_t dgrams = (msgs[i].len + msgs[i].seg - 1) / msgs[i].seg;
-        ep->c_tx_bytes += msgs[i].len;
-        ep->c_tx_dgrams += dgrams;
-        ep->eng->c_tx_dgrams += dgrams;
+        count_tx(ep, (msgs[i].len + msgs[i].seg - 1) / msgs[i].seg, msgs[i].len);
       }
       done += rv;
       continue;
@@ -380,7 +396,7 @@ static int send_run(qendpoint *ep, uint8_t *base, qtxmsg *msgs, int n, int *bloc
     if (ep->connected && (errno == ECONNREFUSED || errno == EHOSTUNREACH || errno == ENETUNREACH)) {
       engine_emit(ep->eng, EV_ENDPOINT_ERROR, ep->id, -1, errno, 0, NULL, 0);
     }
-    ep->c_drop_tx++;
+    count_tx_dropped(ep, 1);
     done++; /* this one is lost; QUIC recovers */
   }
   return done;
@@ -395,7 +411,7 @@ static void save_backlog(qendpoint *ep, uint8_t *base, qtxmsg *msgs, int n) {
   if (buf == NULL || mm == NULL) {
     free(buf);
     free(mm);
-    ep->c_drop_tx += (uint64_t)n;
+    count_tx_dropped(ep, (uint64_t)n);
     return;
   }
   if (ep->backloglen > 0) memcpy(buf, ep->backlog, ep->backloglen);
@@ -505,7 +521,7 @@ static void propose(qpending *p) {
   if (initial_client_hello(p, &sni, &alpn, &alpnlen) != 0) {
     free(sni);
     free(alpn);
-    ep->c_drop_malformed++;
+    ep->c_dropped[Q_DROP_MALFORMED]++;
     pending_drop(ep->eng, p);
     return;
   }
@@ -541,7 +557,7 @@ static void propose(qpending *p) {
 static void pending_absorb(qpending *p, const uint8_t *data, size_t len) {
   qendpoint *ep = p->ep;
   if (p->ndgrams == Q_PENDING_MAX_DGRAMS) {
-    ep->c_drop_pending++;
+    ep->c_dropped[Q_DROP_PENDING_LIMIT]++;
     return;
   }
   uint8_t *copy = malloc(len);
@@ -556,7 +572,7 @@ static void pending_absorb(qpending *p, const uint8_t *data, size_t len) {
   int rv = initial_absorb(p, data, len);
   if (rv < 0) {
     free(copy);
-    ep->c_drop_malformed++;
+    ep->c_dropped[Q_DROP_MALFORMED]++;
     if (p->ndgrams == 0) pending_drop(ep->eng, p);
     return;
   }
@@ -619,7 +635,7 @@ static void send_retry(qendpoint *ep, const ngtcp2_pkt_hd *hd, const struct sock
   ngtcp2_ssize n = ngtcp2_crypto_write_retry(buf, sizeof buf, hd->version, &hd->scid, &scid, &hd->dcid, token, (size_t)tokenlen);
   if (n < 0) return;
   ep_send_raw(ep, buf, (size_t)n, from, fromlen);
-  ep->c_retry++;
+  ep->c_stateless[Q_SENT_RETRY]++;
 }
 
 static void send_close_initial(qendpoint *ep, uint32_t version, const ngtcp2_cid *client_scid, const ngtcp2_cid *client_dcid,
@@ -638,24 +654,24 @@ static void on_initial(qendpoint *ep, const uint8_t *data, size_t len, const str
     /* The rest of a ClientHello (or a repeat): same client, same address. */
     if (p->remotelen != fromlen || memcmp(&p->remote, from, fromlen) != 0 || p->scid.datalen != vc->scidlen ||
         memcmp(p->scid.data, vc->scid, vc->scidlen) != 0) {
-      ep->c_drop_unknown++;
+      ep->c_dropped[Q_DROP_UNKNOWN_CONNECTION]++;
       return;
     }
     pending_absorb(p, data, len);
     return;
   }
   if (!ep->accepting) {
-    ep->c_drop_closed++;
+    ep->c_dropped[Q_DROP_CLOSING]++;
     return;
   }
   ngtcp2_pkt_hd hd;
   if (ngtcp2_accept(&hd, data, len) != 0) {
     /* Not a client's first Initial (too short, 0-RTT or Handshake for no connection...). */
-    ep->c_drop_unknown++;
+    ep->c_dropped[Q_DROP_UNKNOWN_CONNECTION]++;
     return;
   }
   if (ep->nconns + ep->npending >= ep->max_connections) {
-    ep->c_drop_limit++;
+    ep->c_dropped[Q_DROP_CONNECTION_LIMIT]++;
     return;
   }
   int validated = 0;
@@ -663,7 +679,7 @@ static void on_initial(qendpoint *ep, const uint8_t *data, size_t len, const str
   if (hd.token.len > 0 && hd.token.base[0] == NGTCP2_CRYPTO_TOKEN_MAGIC_RETRY) {
     if (ngtcp2_crypto_verify_retry_token(&odcid, hd.token.base, hd.token.len, ep->retry_secret, sizeof ep->retry_secret,
                                          hd.version, from, fromlen, &hd.dcid, 10 * NGTCP2_SECONDS, q_now()) != 0) {
-      ep->c_drop_token++;
+      ep->c_dropped[Q_DROP_INVALID_TOKEN]++;
       /* RFC 9000 §8.1.3: a bad Retry token ends the attempt with INVALID_TOKEN. */
       send_close_initial(ep, hd.version, &hd.scid, &hd.dcid, NGTCP2_INVALID_TOKEN, NULL, 0, from, fromlen);
       return;
@@ -678,7 +694,7 @@ static void on_initial(qendpoint *ep, const uint8_t *data, size_t len, const str
     return;
   }
   if (ep->npending >= ep->pending_max) {
-    ep->c_drop_pending++;
+    ep->c_dropped[Q_DROP_PENDING_LIMIT]++;
     return;
   }
   p = calloc(1, sizeof *p);
@@ -712,7 +728,7 @@ static void on_stateless(qendpoint *ep, const uint8_t *data, size_t len, const s
   /* RFC 9000 §10.3: smaller than the packet that triggered it (no loops between two endpoints
      that both reset), and no more than ~100 a second. */
   if (vc->dcidlen != Q_SCID_LEN || len < 1 + Q_SCID_LEN + 1 + NGTCP2_MIN_STATELESS_RESET_RANDLEN + NGTCP2_STATELESS_RESET_TOKENLEN) {
-    ep->c_drop_unknown++;
+    ep->c_dropped[Q_DROP_UNKNOWN_CONNECTION]++;
     return;
   }
   uint64_t now = q_now();
@@ -720,7 +736,7 @@ static void on_stateless(qendpoint *ep, const uint8_t *data, size_t len, const s
   if (ep->reset_tokens > 100) ep->reset_tokens = 100;
   ep->reset_ts = now;
   if (ep->reset_tokens < 1) {
-    ep->c_drop_unknown++;
+    ep->c_dropped[Q_DROP_UNKNOWN_CONNECTION]++;
     return;
   }
   ep->reset_tokens -= 1;
@@ -736,18 +752,16 @@ static void on_stateless(qendpoint *ep, const uint8_t *data, size_t len, const s
   ngtcp2_ssize n = ngtcp2_pkt_write_stateless_reset(buf, sizeof buf, token, rnd, randlen);
   if (n <= 0) return;
   ep_send_raw(ep, buf, (size_t)n, from, fromlen);
-  ep->c_reset++;
+  ep->c_stateless[Q_SENT_STATELESS_RESET]++;
 }
 
 static void dispatch(qendpoint *ep, const uint8_t *data, size_t len, const struct sockaddr *from, socklen_t fromlen) {
-  ep->c_rx_dgrams++;
-  ep->eng->c_rx_dgrams++;
-  ep->c_rx_bytes += len;
+  count_rx(ep, len);
   ngtcp2_version_cid vc;
   int rv = ngtcp2_pkt_decode_version_cid(&vc, data, len, Q_SCID_LEN);
   if (rv == NGTCP2_ERR_VERSION_NEGOTIATION) {
     if (!ep->listening || len < 1200) {
-      ep->c_drop_unknown++;
+      ep->c_dropped[Q_DROP_UNKNOWN_CONNECTION]++;
       return;
     }
     /* RFC 9000 §6.1: answer an unknown version with the versions we speak. */
@@ -758,12 +772,12 @@ static void dispatch(qendpoint *ep, const uint8_t *data, size_t len, const struc
     ngtcp2_ssize n = ngtcp2_pkt_write_version_negotiation(buf, sizeof buf, r, vc.scid, vc.scidlen, vc.dcid, vc.dcidlen, sv, 1);
     if (n > 0) {
       ep_send_raw(ep, buf, (size_t)n, from, fromlen);
-      ep->c_vn++;
+      ep->c_stateless[Q_SENT_VERSION_NEGOTIATION]++;
     }
     return;
   }
   if (rv != 0) {
-    ep->c_drop_malformed++;
+    ep->c_dropped[Q_DROP_MALFORMED]++;
     return;
   }
   qconn *c = qmap_get(&ep->cids, vc.dcid, vc.dcidlen);
@@ -782,7 +796,7 @@ static void dispatch(qendpoint *ep, const uint8_t *data, size_t len, const struc
         return;
       }
     }
-    ep->c_drop_unknown++;
+    ep->c_dropped[Q_DROP_UNKNOWN_CONNECTION]++;
     return;
   }
   if (data[0] & 0x80) on_initial(ep, data, len, from, fromlen, &vc);
@@ -835,7 +849,7 @@ static void on_readable(qendpoint *ep) {
     }
     for (int i = 0; i < n && ep->fd >= 0; i++) {
       if (mm[i].msg_hdr.msg_flags & MSG_TRUNC) {
-        ep->c_drop_malformed++;
+        ep->c_dropped[Q_DROP_MALFORMED]++;
         continue;
       }
       const struct sockaddr *sa = (const struct sockaddr *)&from[i];

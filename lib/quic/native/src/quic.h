@@ -53,6 +53,34 @@ typedef struct qstream qstream;
 typedef struct qcred qcred;
 typedef struct qpending qpending;
 
+/* ---- endpoint counters by reason (one table each) ----
+ * Why an endpoint dropped a received datagram before it reached a connection, and the packets it
+ * answered with no connection state. The enum indexes qendpoint.c_dropped / c_stateless; the
+ * string is the key endpointStats() reports the count under, and is the label value of
+ * quic_datagrams_dropped_total / quic_stateless_packets_total: lib/quic/native.ts lists the same
+ * strings (ENDPOINT_DROP_REASONS, STATELESS_PACKET_TYPES) and the metrics take the counts as
+ * they come. */
+#define Q_DROP_REASONS(X) \
+  X(Q_DROP_MALFORMED, "malformed")                   /* not QUIC, truncated, or an Initial that does not parse */ \
+  X(Q_DROP_UNKNOWN_CONNECTION, "unknown_connection") /* for no connection, and no stateless reset owed */ \
+  X(Q_DROP_CONNECTION_LIMIT, "connection_limit")     /* an Initial beyond max_connections */ \
+  X(Q_DROP_INVALID_TOKEN, "invalid_token")           /* an Initial with a bad Retry token */ \
+  X(Q_DROP_PENDING_LIMIT, "pending_limit")           /* beyond the bound on Initials waiting for routing */ \
+  X(Q_DROP_CLOSING, "closing")                       /* an Initial once the endpoint stopped accepting */
+#define Q_STATELESS_PACKETS(X) \
+  X(Q_SENT_RETRY, "retry") \
+  X(Q_SENT_STATELESS_RESET, "stateless_reset") \
+  X(Q_SENT_VERSION_NEGOTIATION, "version_negotiation")
+#define Q_ENUM_ENTRY(id, name) id,
+enum qdrop_reason { Q_DROP_REASONS(Q_ENUM_ENTRY) Q_NDROP_REASONS };
+enum qstateless_packet { Q_STATELESS_PACKETS(Q_ENUM_ENTRY) Q_NSTATELESS_PACKETS };
+
+/* Datagram I/O of one endpoint, or of the engine in total; addon.c reports both the same way. */
+typedef struct qio {
+  uint64_t rx_dgrams, rx_bytes, tx_dgrams, tx_bytes;
+  uint64_t tx_dropped;      /* sends the socket refused or that found no room to wait (a GSO batch counts once) */
+} qio;
+
 /* ---- events (addon.c flushes them to JavaScript once per turn) ---- */
 
 enum qevent_type {
@@ -314,9 +342,10 @@ struct qendpoint {
   uv_timer_t tick;          /* pending expiry */
   int tick_active;
   /* counters */
-  uint64_t c_rx_dgrams, c_rx_bytes, c_tx_dgrams, c_tx_bytes, c_rx_calls, c_tx_calls;
-  uint64_t c_drop_malformed, c_drop_unknown, c_drop_limit, c_drop_token, c_drop_addr, c_drop_pending, c_drop_closed, c_drop_tx;
-  uint64_t c_retry, c_vn, c_reset, c_proposed, c_rejected, c_accepted;
+  qio io;                        /* also added to the engine's total (endpoint.c count_rx/count_tx) */
+  uint64_t c_dropped[Q_NDROP_REASONS];
+  uint64_t c_stateless[Q_NSTATELESS_PACKETS];
+  uint64_t c_proposed, c_rejected, c_accepted;
 };
 
 /* An Initial (or several, when the ClientHello spans them) waiting for TypeScript's verdict. */
@@ -410,7 +439,8 @@ struct qengine {
   uv_timer_t timer;
   uint64_t timer_at;
   /* counters */
-  uint64_t c_sendmmsg, c_recvmmsg, c_tx_dgrams, c_rx_dgrams, c_runs, c_writes, c_polls;
+  uint64_t c_sendmmsg, c_recvmmsg, c_runs, c_writes, c_polls;
+  qio io;                   /* all endpoints', closed ones included */
   /* Busy CPU: the thread's CPU nanoseconds inside the engine's libuv callbacks, JavaScript
      excluded, kernel time of the engine's own syscalls included (engine.c: an estimate from a
      random sample of the callbacks, as a thread-CPU clock read is a ~2 µs syscall here). */
