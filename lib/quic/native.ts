@@ -53,8 +53,8 @@ export interface NativeTransport {
   /** PING after this long without sending (0 disables). */
   readonly keepAliveMs?: number
   readonly initialMaxData?: number
-  readonly initialMaxStreamData?: number
   readonly maxWindow?: number
+  /** Each stream's receive window, whole from the start (no auto-tuning: lib/quic/native/src/conn.c). */
   readonly maxStreamWindow?: number
   readonly maxStreamsBidi?: number
   readonly maxStreamsUni?: number

@@ -109,8 +109,8 @@ t.test('streams that end while their bytes still wait on the other leg give thei
   // 128 KiB still waiting for the Stargate: four such streams leak half the window.
   const KIB = 1024
   const r = await relayed(t, '127.0.87', {
-    relayTransport: { initialMaxData: 1024 * KIB, maxWindow: 1024 * KIB, initialMaxStreamData: 256 * KIB, maxStreamWindow: 256 * KIB },
-    stargateTransport: { initialMaxStreamData: 192 * KIB, maxStreamWindow: 192 * KIB },
+    relayTransport: { initialMaxData: 1024 * KIB, maxWindow: 1024 * KIB, maxStreamWindow: 256 * KIB },
+    stargateTransport: { maxStreamWindow: 192 * KIB },
   })
   const held: QuicStream[] = []
   // The Stargate ends its own direction at once, so the relay's Pylon-side stream is finished

@@ -189,7 +189,7 @@ t.test('datagrams cross both ways when both sides negotiated them', async (t) =>
 
 t.test('a reader that stops reading holds the writer back: the addon takes a bounded amount, then more once read', async (t) => {
   const window = 256 * 1024
-  const { client, server } = await pair(t, '127.0.81.8', { initialMaxStreamData: window, maxStreamWindow: window, streamSendLimit: 128 * 1024 })
+  const { client, server } = await pair(t, '127.0.81.8', { maxStreamWindow: window, streamSendLimit: 128 * 1024 })
   const s = client.openStream()
   if (s === null) throw new Error('no stream')
   const atServer = nextStream(server)

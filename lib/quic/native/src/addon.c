@@ -281,7 +281,6 @@ static void transport_defaults(qtransport *t) {
   t->handshake_timeout_ns = MS(10000);
   t->keep_alive_ns = 0;
   t->initial_max_data = 2 * 1024 * 1024;
-  t->initial_max_stream_data = 512 * 1024;
   t->max_window = 16 * 1024 * 1024;
   t->max_stream_window = 8 * 1024 * 1024;
   t->max_streams_bidi = 1000;
@@ -298,7 +297,6 @@ static void parse_transport(napi_env env, napi_value o, qtransport *t) {
   if ((v = prop(env, o, "handshakeTimeoutMs")) != NULL) t->handshake_timeout_ns = MS(get_num(env, v, 10000));
   if ((v = prop(env, o, "keepAliveMs")) != NULL) t->keep_alive_ns = MS(get_num(env, v, 0));
   if ((v = prop(env, o, "initialMaxData")) != NULL) t->initial_max_data = (uint64_t)get_num(env, v, (double)t->initial_max_data);
-  if ((v = prop(env, o, "initialMaxStreamData")) != NULL) t->initial_max_stream_data = (uint64_t)get_num(env, v, (double)t->initial_max_stream_data);
   if ((v = prop(env, o, "maxWindow")) != NULL) t->max_window = (uint64_t)get_num(env, v, (double)t->max_window);
   if ((v = prop(env, o, "maxStreamWindow")) != NULL) t->max_stream_window = (uint64_t)get_num(env, v, (double)t->max_stream_window);
   if ((v = prop(env, o, "maxStreamsBidi")) != NULL) t->max_streams_bidi = (uint64_t)get_num(env, v, (double)t->max_streams_bidi);
@@ -310,7 +308,6 @@ static void parse_transport(napi_env env, napi_value o, qtransport *t) {
   if (t->max_payload > 1452) t->max_payload = 1452;
   if (t->stream_send_limit < 4096) t->stream_send_limit = 4096;
   if (t->max_window < t->initial_max_data) t->max_window = t->initial_max_data;
-  if (t->max_stream_window < t->initial_max_stream_data) t->max_stream_window = t->initial_max_stream_data;
   if (t->handshake_timeout_ns == 0) t->handshake_timeout_ns = UINT64_MAX;
 }
 

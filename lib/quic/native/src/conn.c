@@ -318,7 +318,19 @@ static void apply_settings(ngtcp2_settings *s, const qtransport *t) {
   s->no_tx_udp_payload_size_shaping = 1;
   s->handshake_timeout = t->handshake_timeout_ns;
   s->max_window = t->max_window;
-  s->max_stream_window = t->max_stream_window;
+  /* No stream window auto-tuning: every stream gets its whole window (params, below) from the
+     start. ngtcp2 0.12.1 (Debian bookworm) loses a tuning step when the MAX_STREAM_DATA frame that
+     carries it does not fit the packet: the frame is queued and sent later with the grown value,
+     but the stream's own limit is not raised with it, and the next frame for the stream announces
+     less. The peer then sends up to what it was told and the connection dies with
+     FLOW_CONTROL_ERROR (raw-quic-quinn "64 MiB each way": a Stargate's leg closed by the router
+     with ngtcp2 error -211, 2 runs in 125; fixed upstream in ngtcp2 PR 891, "Update
+     strm->rx.max_offset before writing a frame to packet"). Without tuning the queued value is the
+     one the stream's limit gets at its next frame, so the two agree. The connection window keeps
+     its tuning: ngtcp2 raises its own limit before writing MAX_DATA. The memory bound is the
+     same, since tuning could grow a stream to this window anyway and the connection window
+     bounds all streams together. */
+  s->max_stream_window = 0;
   /* Fixed packet size: the configured payload is what every path here carries (SPEC §7 benchmarks
      are at 1350-byte packets); probing larger sizes buys nothing on the pod network. */
   s->no_pmtud = 1;
@@ -326,9 +338,9 @@ static void apply_settings(ngtcp2_settings *s, const qtransport *t) {
 
 static void apply_params(ngtcp2_transport_params *p, const qtransport *t) {
   ngtcp2_transport_params_default(p);
-  p->initial_max_stream_data_bidi_local = t->initial_max_stream_data;
-  p->initial_max_stream_data_bidi_remote = t->initial_max_stream_data;
-  p->initial_max_stream_data_uni = t->initial_max_stream_data;
+  p->initial_max_stream_data_bidi_local = t->max_stream_window;
+  p->initial_max_stream_data_bidi_remote = t->max_stream_window;
+  p->initial_max_stream_data_uni = t->max_stream_window;
   p->initial_max_data = t->initial_max_data;
   p->initial_max_streams_bidi = t->max_streams_bidi;
   p->initial_max_streams_uni = t->max_streams_uni;

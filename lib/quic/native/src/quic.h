@@ -289,7 +289,6 @@ typedef struct qtransport {
   uint64_t handshake_timeout_ns;
   uint64_t keep_alive_ns;
   uint64_t initial_max_data;
-  uint64_t initial_max_stream_data;
   uint64_t max_window;
   uint64_t max_stream_window;
   uint64_t max_streams_bidi;
