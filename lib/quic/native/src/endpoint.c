@@ -307,9 +307,15 @@ int ep_tx_reserve(qendpoint *ep, uint8_t **buf, size_t *cap) {
   return 0;
 }
 
+/* Whether a GSO run takes no further packet of its segment size. */
+static int gso_run_full(const qtxmsg *m) {
+  return m->len % m->seg != 0 || m->len + m->seg > 65000 || m->len / m->seg >= 64;
+}
+
 /* Adds the packet just written at the end of the batch; consecutive packets of one connection
-   of equal size (the last may be shorter) become one GSO send (up to 64 KiB). */
-void ep_tx_commit(qendpoint *ep, size_t len, const struct sockaddr *to, socklen_t tolen) {
+   of equal size (the last may be shorter) become one GSO send (up to 64 KiB). Returns 1 when
+   that GSO run is full (ep_tx_commit's caller may send it at once), else 0. */
+int ep_tx_commit(qendpoint *ep, size_t len, const struct sockaddr *to, socklen_t tolen) {
   qengine *eng = ep->eng;
   if (ep->connected) {
     to = (const struct sockaddr *)&ep->remote;
@@ -321,7 +327,7 @@ void ep_tx_commit(qendpoint *ep, size_t len, const struct sockaddr *to, socklen_
         len <= m->seg && m->len + len <= 65000 && m->len / m->seg < 64) {
       m->len += len;
       eng->txlen += len;
-      return;
+      return gso_run_full(m);
     }
   }
   qtxmsg *m = &eng->txmsg[eng->ntx++];
@@ -332,6 +338,7 @@ void ep_tx_commit(qendpoint *ep, size_t len, const struct sockaddr *to, socklen_
   memcpy(&m->to, to, tolen);
   m->tolen = tolen;
   eng->txlen += len;
+  return 0;
 }
 
 static void on_writable(qendpoint *ep);

@@ -492,7 +492,7 @@ qendpoint *ep_new_connected(qengine *eng, const struct sockaddr *remote, socklen
 void ep_close(qendpoint *ep);
 void ep_unref(qendpoint *ep);
 int ep_tx_reserve(qendpoint *ep, uint8_t **buf, size_t *cap);
-void ep_tx_commit(qendpoint *ep, size_t len, const struct sockaddr *to, socklen_t tolen);
+int ep_tx_commit(qendpoint *ep, size_t len, const struct sockaddr *to, socklen_t tolen);
 int ep_register_cid(qendpoint *ep, const ngtcp2_cid *cid, qconn *c);
 void ep_unregister_cid(qendpoint *ep, const ngtcp2_cid *cid, qconn *c);
 void ep_half_open_release(qendpoint *ep, const uint8_t addr_key[16]);
