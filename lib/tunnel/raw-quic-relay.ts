@@ -79,6 +79,15 @@ interface Tunnel {
   closedBytes: { clientToStargate: number, stargateToClient: number }
 }
 
+/** The leg whose close ended a tunnel, as logged with 'raw quic tunnel closed'. */
+interface LegEnd {
+  readonly leg: Leg
+  readonly kind: QuicCloseInfo['kind']
+  readonly app: boolean
+  readonly code: number
+  readonly liberr: number
+}
+
 /** The splice's end needs nothing from TypeScript: one shared, empty handler. */
 const SPLICED: QuicStreamHandler = {}
 
@@ -388,7 +397,11 @@ export class RawQuicRelay {
         return never
       }
     }
-    this.#end(tunnel, outcome, `${leg} ${info.kind}: ${info.reasonText === '' ? `code ${info.code}` : info.reasonText}`)
+    // Which leg ended first and how, in fields: a transport code relayed verbatim looks the same
+    // to the far peer whether this leg's peer sent it (kind 'peer') or our engine detected the
+    // violation on this leg (kind 'error', liberr = ngtcp2's error).
+    const first: LegEnd = { leg, kind: info.kind, app: info.app, code: info.code, liberr: info.liberr }
+    this.#end(tunnel, outcome, `${leg} ${info.kind}: ${info.reasonText === '' ? `code ${info.code}` : info.reasonText}`, first)
   }
 
   #closeLater (tunnel: Tunnel, reason: string, graceMs: number): void {
@@ -408,7 +421,7 @@ export class RawQuicRelay {
     this.#end(tunnel, outcome, reason)
   }
 
-  #end (tunnel: Tunnel, outcome: QuicOutcome, reason: string): void {
+  #end (tunnel: Tunnel, outcome: QuicOutcome, reason: string, first?: LegEnd): void {
     if (tunnel.ended) return
     tunnel.ended = true
     if (tunnel.graceTimer !== null) clearTimeout(tunnel.graceTimer)
@@ -428,7 +441,7 @@ export class RawQuicRelay {
     const { metrics, logger } = this.#options
     metrics.quicConnections.labels(outcome).inc()
     metrics.quicRelayConnectionsActive.dec()
-    logger.info({ target: tunnel.identity, outcome, reason }, 'raw quic tunnel closed')
+    logger.info({ target: tunnel.identity, outcome, reason, ...(first === undefined ? {} : { first }) }, 'raw quic tunnel closed')
   }
 }
 

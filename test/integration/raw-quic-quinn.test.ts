@@ -14,6 +14,8 @@ import type { Teardown } from '../fixtures/kube-router.ts'
 
 const skip = await quinnPeerSkip(t)
 const MIB = 1 << 20
+/** Characters of each quinn peer's stderr a failed transfer prints. */
+const STDERR_SHOWN = 8000
 
 interface Tunnel {
   readonly cluster: QuicCluster
@@ -41,13 +43,18 @@ async function tunnel (t: Teardown, subnet: string): Promise<Tunnel> {
 
 /**
  * What each side said about the tunnel's end: the router's raw quic log lines (its close
- * reason and which leg ended first) and both quinn peers' close events. quinn
- * reports a lost send side only as "connection lost"; this says why.
+ * reason, and in `first` which leg ended first, its close kind, code and ngtcp2 error) and
+ * both quinn peers' close events (`by`: local = that quinn detected the error itself, peer =
+ * it received the CONNECTION_CLOSE). quinn reports a lost send side only as "connection lost";
+ * this says why. With QUINN_PEER_TRACE=debug in the environment the peers' stderr tails
+ * follow: quinn's own log, e.g. the offsets and limits of a flow-control violation it detected.
  */
 function closeStory ({ cluster, pylon, stargate }: Tunnel): string {
   const router = cluster.kube.logs.lines().filter((line) => String(line.msg).startsWith('raw quic'))
   const peer = (name: string, p: QuinnPeer): string[] => p.events.filter((e) => e.ev === 'closed').map((e) => `${name}: ${JSON.stringify(e)}`)
-  return ['router:', ...router.map((line) => `  ${JSON.stringify(line)}`), ...peer('pylon', pylon), ...peer('stargate', stargate)].join('\n')
+  const stderr = (name: string, p: QuinnPeer): string[] => p.stderr === '' ? [] : [`${name} stderr (tail):`, p.stderr.slice(-STDERR_SHOWN)]
+  return ['router:', ...router.map((line) => `  ${JSON.stringify(line)}`), ...peer('pylon', pylon), ...peer('stargate', stargate),
+    ...stderr('pylon', pylon), ...stderr('stargate', stargate)].join('\n')
 }
 
 /** Runs a transfer; when it fails, the error carries closeStory(). */
@@ -122,4 +129,7 @@ t.test('the Stargate closing its tunnel: its code and reason reach the Pylon', {
   await stargate.close(sc, 42, 'stargate restarting')
   t.match(await pylon.closed(1), { kind: 'application', by: 'peer', code: 42, reason: 'stargate restarting' })
   t.equal(await cluster.outcome('completed'), 1)
+  // Which leg ended the tunnel and how, as a failed transfer's story prints it (issue 15).
+  const closed = cluster.kube.logs.lines().find((line) => line.msg === 'raw quic tunnel closed')
+  t.match(closed, { outcome: 'completed', first: { leg: 'upstream', kind: 'peer', app: true, code: 42, liberr: 0 } }, 'the router logs the leg that closed first, its kind, code and ngtcp2 error')
 })
