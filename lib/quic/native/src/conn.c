@@ -866,7 +866,9 @@ void conn_write(qconn *c) {
          bulk relay is window-bound (cwnd ~180 KB), so its rate is cwnd over a round trip that
          included the whole burst's build time (~150 µs of ~430 µs, measured). Issue 15:
          quinn → router → quinn +13 to +18 % in three interleaved runs at load ~1, +4 to +8 %
-         at load 2-4, same router CPU per GiB. Packets built after it carry their build time. */
+         at load 2-4 (session 5); with fd71d20 and AES-128-GCM, 238 -> 294 MiB/s and router CPU
+         per GiB +17 %, each run being its own sendmmsg (session 6, docs/benchmarks.md). Packets
+         built after it carry their build time. */
       engine_flush_tx(c->eng);
       ts = q_now();
     }

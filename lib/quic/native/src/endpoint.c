@@ -307,9 +307,10 @@ int ep_tx_reserve(qendpoint *ep, uint8_t **buf, size_t *cap) {
   return 0;
 }
 
-/* Whether a GSO run takes no further packet of its segment size. */
-static int gso_run_full(const qtxmsg *m) {
-  return m->len % m->seg != 0 || m->len + m->seg > 65000 || m->len / m->seg >= 64;
+/* Whether a GSO run takes one more packet of len bytes: none after a shorter one, none longer
+   than its segments, at most 64 KiB and 64 segments. */
+static int gso_run_takes(const qtxmsg *m, size_t len) {
+  return m->len % m->seg == 0 && len <= m->seg && m->len + len <= 65000 && m->len / m->seg < 64;
 }
 
 /* Adds the packet just written at the end of the batch; consecutive packets of one connection
@@ -323,11 +324,10 @@ int ep_tx_commit(qendpoint *ep, size_t len, const struct sockaddr *to, socklen_t
   }
   if (eng->ntx > 0) {
     qtxmsg *m = &eng->txmsg[eng->ntx - 1];
-    if (ep->gso && m->ep == ep && m->tolen == tolen && memcmp(&m->to, to, tolen) == 0 && m->len % m->seg == 0 &&
-        len <= m->seg && m->len + len <= 65000 && m->len / m->seg < 64) {
+    if (ep->gso && m->ep == ep && m->tolen == tolen && memcmp(&m->to, to, tolen) == 0 && gso_run_takes(m, len)) {
       m->len += len;
       eng->txlen += len;
-      return gso_run_full(m);
+      return !gso_run_takes(m, m->seg);
     }
   }
   qtxmsg *m = &eng->txmsg[eng->ntx++];
