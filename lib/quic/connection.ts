@@ -149,7 +149,7 @@ export class QuicConnection extends EventEmitter<QuicConnectionEvents> implement
     this.native.destroy(this.id)
   }
 
-  /** Queues a datagram; false when not negotiated, closed or the queue is full. */
+  /** Queues a datagram; false when not negotiated, closed, the queue is full, or larger than one of this connection's packets carries. */
   sendDatagram (data: Uint8Array): boolean {
     return this.#closeInfo === null && this.native.datagramSend(this.id, data)
   }

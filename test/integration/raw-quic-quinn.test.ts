@@ -1,18 +1,20 @@
 /**
- * Issue 15, the failure this fixes: a real Pylon's raw QUIC tunnel (quinn 0.9 + rustls 0.20,
- * offering no ALPN) through the router to a real Stargate's quinn listener (no ALPN configured,
- * refusing any client that offers one). Before the engine the router refused the Pylon inside
- * the handshake (alert 120) and would have offered the pod an ALPN it refuses. Both ends here
- * are quinn-peer (test/fixtures/quinn-peer), configured as the real ones.
+ * Issue 15, the failure this fixes: a real Pylon's raw QUIC tunnel (quinn + rustls, offering no
+ * ALPN) through the router to a real Stargate's quinn listener (no ALPN configured, refusing any
+ * client that offers one). Before the engine the router refused the Pylon inside the handshake
+ * (alert 120) and would have offered the pod an ALPN it refuses. Both ends here are quinn-peer
+ * (test/fixtures/quinn-peer), configured as the real ones: quinn 0.11 + rustls 0.23 as upstream
+ * runs, and one tunnel between quinn 0.9 ends, the stack older Pylons and Stargates shipped with.
  */
 import t from 'tap'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
-import { QuinnPeer, patternSha256, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
+import { QuinnPeer, patternSha256, quinnPeerSkip, type QuinnVersion } from '../fixtures/quinn-peer.ts'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import type { Teardown } from '../fixtures/kube-router.ts'
 
 const skip = await quinnPeerSkip(t)
+const skip09 = skip || await quinnPeerSkip(t, '0.9')
 const MIB = 1 << 20
 /** Characters of each quinn peer's stderr a failed transfer prints. */
 const STDERR_SHOWN = 8000
@@ -25,16 +27,16 @@ interface Tunnel {
   readonly sc: number
 }
 
-async function tunnel (t: Teardown, subnet: string): Promise<Tunnel> {
+async function tunnel (t: Teardown, subnet: string, versions: { pylon?: QuinnVersion, stargate?: QuinnVersion } = {}): Promise<Tunnel> {
   const cluster = await QuicCluster.start(t, { pods: [], subnet })
   const certPath = join(cluster.tls.dir, 'pod.crt')
   const keyPath = join(cluster.tls.dir, 'pod.key')
   await writeFile(certPath, cluster.tls.stargate.chainPem)
   await writeFile(keyPath, cluster.tls.stargate.keyPem)
-  const stargate = await QuinnPeer.server(t, { listen: `${subnet}.10:0`, certPath, keyPath, accept: 'echo' })
+  const stargate = await QuinnPeer.server(t, { listen: `${subnet}.10:0`, certPath, keyPath, accept: 'echo', quinn: versions.stargate })
   cluster.list('stargate-0', `${subnet}.10`, stargate.port, true)
   await cluster.waitForTargets(1)
-  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath, accept: 'echo' })
+  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath, accept: 'echo', quinn: versions.pylon })
   const connected = await pylon.established(1)
   if (connected.alpn !== null) throw new Error(`the pylon negotiated ALPN ${connected.alpn}`)
   const { conn: sc } = await stargate.waitEvent('connected')
@@ -132,4 +134,60 @@ t.test('the Stargate closing its tunnel: its code and reason reach the Pylon', {
   // Which leg ended the tunnel and how, as a failed transfer's story prints it (issue 15).
   const closed = cluster.kube.logs.lines().find((line) => line.msg === 'raw quic tunnel closed')
   t.match(closed, { outcome: 'completed', first: { leg: 'upstream', kind: 'peer', app: true, code: 42, liberr: 0 } }, 'the router logs the leg that closed first, its kind, code and ngtcp2 error')
+})
+
+/*
+ * quinn 0.11 runs path-MTU discovery by default: once the handshake is confirmed it probes with
+ * padded packets of up to 1452 bytes, and each side's datagram limit (max_datagram_size) grows
+ * from 1154 to 1406 bytes. The router's legs carry 1350-byte packets (no discovery of its own),
+ * so its datagram bridge meets datagrams it cannot forward. The failure mode: ngtcp2 answers "0
+ * bytes written" for a DATAGRAM frame that can never fit, as it does under congestion control;
+ * the engine kept such a datagram at the head of the other leg's queue, and since it sends
+ * queued datagrams before stream data, that leg never sent stream data again: one datagram at
+ * the Pylon's own limit froze every stream of its tunnel.
+ */
+t.test('quinn 0.11 path-MTU discovery through the router: 1452-byte packets on both legs, and a datagram too large for the other leg is dropped, never stalling the tunnel', { skip }, async (t) => {
+  const { pylon, stargate, sc } = await tunnel(t, '127.0.94')
+  const client = await pylon.mtuDiscovered(1)
+  t.match(client, { current_mtu: 1452, mtu_probes_lost: 0, black_holes: 0 }, 'the Pylon\'s leg carries quinn\'s 1452-byte probes')
+  const server = await stargate.mtuDiscovered(sc)
+  t.match(server, { current_mtu: 1452, mtu_probes_lost: 0, black_holes: 0 }, 'so does the Stargate\'s')
+  const limit = client.max_datagram_size ?? 0
+  t.ok(limit > 1350, `the Pylon's datagram limit grew past the router's packet size (${limit})`)
+  t.equal(server.max_datagram_size, limit, 'and the Stargate\'s alike')
+
+  await pylon.datagram(1, { bytes: limit, seed: 21 })
+  await pylon.datagram(1, { bytes: 1200, seed: 22 })
+  t.equal((await stargate.waitEvent('datagram', { conn: sc })).len, 1200, 'the Pylon\'s next datagram arrives; the one too large for the Stargate leg was dropped')
+  await stargate.datagram(sc, { bytes: limit, seed: 23 })
+  await stargate.datagram(sc, { bytes: 1200, seed: 24 })
+  t.equal((await pylon.waitEvent('datagram', { conn: 1 })).len, 1200, 'likewise towards the Pylon')
+
+  const up = await pylon.open(1, 'bi')
+  const down = await stargate.open(sc, 'bi')
+  await Promise.all([
+    pylon.write(1, up, { bytes: 4 * MIB, seed: 25 }).then(async () => { await pylon.finish(1, up) }),
+    stargate.write(sc, down, { bytes: 4 * MIB, seed: 26 }).then(async () => { await stargate.finish(sc, down) }),
+  ])
+  t.match(await pylon.recvDone(1, up), { bytes: 4 * MIB, fin: true, sha256: patternSha256(25, 4 * MIB) }, 'streams both ways still flow, byte-exact')
+  t.match(await stargate.recvDone(sc, down), { bytes: 4 * MIB, fin: true, sha256: patternSha256(26, 4 * MIB) })
+  t.equal(stargate.events.filter((e) => e.ev === 'datagram').length, 1, 'the Stargate received only the datagram that fits')
+})
+
+t.test('an older Pylon on quinn 0.9 reaches a Stargate on quinn 0.11 through the router: 16 MiB each way byte-exact', { skip: skip09 }, async (t) => {
+  const relayed = await tunnel(t, '127.0.95', { pylon: '0.9' })
+  const { pylon, stargate, sc } = relayed
+  t.equal((await pylon.established(1)).quinn, '0.9', 'the Pylon runs quinn 0.9')
+  t.equal((await stargate.waitEvent('connected')).quinn, '0.11', 'the Stargate quinn 0.11')
+  const down = await stargate.open(sc, 'bi')
+  const up = await pylon.open(1, 'bi')
+  await explained(relayed, Promise.all([
+    stargate.write(sc, down, { bytes: 16 * MIB, seed: 31 }).then(async () => { await stargate.finish(sc, down) }),
+    pylon.write(1, up, { bytes: 16 * MIB, seed: 32 }).then(async () => { await pylon.finish(1, up) }),
+  ]))
+  const [back, echoed] = await explained(relayed, Promise.all([stargate.recvDone(sc, down, 60_000), pylon.recvDone(1, up, 60_000)]))
+  t.match(back, { bytes: 16 * MIB, fin: true, sha256: patternSha256(31, 16 * MIB) }, 'Stargate → Pylon → Stargate intact')
+  t.match(echoed, { bytes: 16 * MIB, fin: true, sha256: patternSha256(32, 16 * MIB) }, 'Pylon → Stargate → Pylon intact')
+  await pylon.close(1, 0x99, 'old pylon leaving')
+  t.match(await stargate.closed(sc), { kind: 'application', by: 'peer', code: 0x99, reason: 'old pylon leaving' }, 'its close crossed')
 })

@@ -721,8 +721,26 @@ void conn_read(qconn *c, const uint8_t *data, size_t len, const struct sockaddr 
   engine_mark_dirty(c->eng, c);
 }
 
+/* Whether a datagram of len bytes fits one packet of this connection. ngtcp2 writes a DATAGRAM
+   frame whole or not at all, and for one that can never fit it returns 0 just as when congestion
+   control says wait: the datagram would stay at the head of the queue for good, and conn_write,
+   which sends queued datagrams before stream data, would never reach the streams again. Peers with
+   path-MTU discovery (quinn 0.11: packets of up to 1452 bytes, datagrams of up to 1406) send
+   datagrams larger than this engine's fixed packet size as a matter of course, so the bridge
+   meets them on a healthy tunnel. Counted for a short header with the longest packet number
+   (4 bytes) and a 16-byte AEAD tag, as quinn counts its own limit. */
+static int dgram_fits(qconn *c, size_t len) {
+  size_t payload = ngtcp2_conn_get_max_tx_udp_payload_size(c->conn);
+  const ngtcp2_transport_params *rp = ngtcp2_conn_get_remote_transport_params(c->conn);
+  if (rp != NULL && rp->max_udp_payload_size < payload) payload = (size_t)rp->max_udp_payload_size;
+  size_t header = 1 + ngtcp2_conn_get_dcid(c->conn)->datalen + 4 + 16;
+  size_t frame = 1 + (len < 64 ? 1 : len < 16384 ? 2 : len < 1073741824 ? 4 : 8) + len;
+  return header + frame <= payload;
+}
+
 int conn_dgram_queue(qconn *c, const uint8_t *data, size_t len) {
   if (c->state != CSTATE_OPEN || !c->datagrams || c->dq_len >= Q_DGRAM_QUEUE_MAX) return -1;
+  if (!dgram_fits(c, len)) return -1;
   qdgram *d = malloc(sizeof *d + len);
   if (d == NULL) return -1;
   d->next = NULL;
@@ -788,6 +806,12 @@ void conn_write(qconn *c) {
     ngtcp2_pkt_info pi;
     ngtcp2_ssize n;
     if (c->dq_head != NULL && c->state == CSTATE_OPEN) {
+      if (!dgram_fits(c, c->dq_head->len)) {
+        /* Queued when it fitted; the peer's connection ID has grown since. */
+        pop_dgram(c);
+        c->dgram_dropped++;
+        continue;
+      }
       int accepted = 0;
       ngtcp2_vec v = {c->dq_head->data, c->dq_head->len};
       n = ngtcp2_conn_writev_datagram(c->conn, &ps.path, &pi, buf, cap, &accepted, NGTCP2_WRITE_DATAGRAM_FLAG_MORE, 0, &v, 1, ts);
