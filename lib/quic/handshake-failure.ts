@@ -9,9 +9,10 @@
  *   we are the server, the client refused ours               -> certificate
  *   we are the client, we refused the server's certificate   -> certificate
  *   we are the client, the server refused ours (or wanted one) -> client_certificate
- * A peer that closes during the handshake without an alert is peer_refused: quinn 0.9 (the real
- * Pylon's stack) refusing the router's certificate sends APPLICATION_ERROR (0x0c), not its
+ * A peer that closes during the handshake without an alert is peer_refused: quinn 0.9 (older
+ * Pylons' stack) refusing the router's certificate sends APPLICATION_ERROR (0x0c), not its
  * alert, in the Initial/Handshake packet (measured here; its own log says bad_certificate).
+ * quinn 0.11 + rustls 0.23 (today's Pylon) sends its alert (unknown_ca): certificate.
  */
 import type { QuicCloseInfo, QuicRole } from './connection.ts'
 import type { ErrorDoc } from '../error-catalogue.ts'
@@ -46,7 +47,7 @@ export const HANDSHAKE_FAILURES_DOC = {
     action: 'the warn log carries the transport error code; check the peer\'s QUIC stack',
   },
   peer_refused: {
-    meaning: 'the peer closed without a TLS alert, or sent a stateless reset (quinn refusing a certificate does this)',
+    meaning: 'the peer closed without a TLS alert, or sent a stateless reset (quinn 0.9 refusing a certificate does this)',
     action: 'read the peer\'s own log: it names what it refused',
   },
   unreachable: {

@@ -16,6 +16,7 @@ import { captureInitial, rawSocket, respin, sendRaw, templateOf } from '../fixtu
 import { waitFor } from '../fixtures/wait.ts'
 
 const skip = await quinnPeerSkip(t)
+const skip09 = skip || await quinnPeerSkip(t, '0.9')
 const FAILURES = 'stargate_k8s_router_quic_handshake_failures_total'
 
 t.test('refusals and handshake failures are counted by reason and logged, rate-limited per reason', { skip }, async (t) => {
@@ -31,9 +32,9 @@ t.test('refusals and handshake failures are counted by reason and logged, rate-l
   t.same(unknown.map((l) => l.sni), ['nobody-0.example.com', 'nobody-1.example.com', 'nobody-2.example.com'], 'each logged with its SNI')
   t.match(unknown[0], { sni: 'nobody-0.example.com', remote: '127.0.0.1', alpn: [] })
 
-  // A Pylon that does not trust the router's certificate refuses it. One that sends its TLS
-  // alert (the engine's client does, 0x100 + bad_certificate) is counted as 'certificate';
-  // quinn says only APPLICATION_ERROR during the handshake, counted as 'peer_refused'.
+  // A Pylon that does not trust the router's certificate refuses it with its TLS alert, counted
+  // as 'certificate': the engine's client sends bad_certificate, quinn 0.11 + rustls 0.23 (the
+  // real Pylon's stack) unknown_ca.
   const otherCa = await createCa({ name: 'not the router ca' })
   const strict = await cluster.dial('stargate-0', { caPem: otherCa.certPem })
   t.match(await strict.closedWith(), { initiator: 'error', established: false })
@@ -41,8 +42,8 @@ t.test('refusals and handshake failures are counted by reason and logged, rate-l
   const caPath = join(cluster.tls.dir, 'other-ca.crt')
   await writeFile(caPath, otherCa.certPem)
   const distrustful = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath })
-  t.match(await distrustful.closed(1), { established: false, code: 0x100 + 42 }, 'quinn refused the certificate (bad_certificate, its own view)')
-  await waitFor(async () => await cluster.kube.metric(FAILURES, { reason: 'peer_refused' }) === 1, { message: 'quinn\'s refusal counted as peer_refused' })
+  t.match(await distrustful.closed(1), { established: false, by: 'local', code: 0x100 + 48 }, 'quinn refused the certificate (unknown_ca)')
+  await waitFor(async () => await cluster.kube.metric(FAILURES, { reason: 'certificate' }) === 2, { message: 'quinn\'s refusal counted as certificate' })
 
   // A client that sends its Initial and vanishes: 'timeout' after --connect-timeout-ms.
   const socket = await rawSocket(t)
@@ -51,6 +52,18 @@ t.test('refusals and handshake failures are counted by reason and logged, rate-l
   const timeout = cluster.kube.logs.lines().find((l) => l.msg === 'raw quic handshake refused' && l.reason === 'timeout')
   t.match(timeout, { sni: 'stargate-0.stargate.external' }, 'logged with its SNI')
   t.notOk(cluster.kube.logs.text().includes('BEGIN'), 'no PEM in the logs')
+})
+
+t.test('a quinn 0.9 Pylon refusing the router\'s certificate sends no alert: counted as peer_refused', { skip: skip09 }, async (t) => {
+  const cluster = await QuicCluster.start(t, { pods: ['stargate-0'], subnet: '127.0.131' })
+  const otherCa = await createCa({ name: 'not the router ca' })
+  const caPath = join(cluster.tls.dir, 'other-ca.crt')
+  await writeFile(caPath, otherCa.certPem)
+  const distrustful = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath, quinn: '0.9' })
+  // Its own view is bad_certificate; on the wire it sends APPLICATION_ERROR during the handshake.
+  t.match(await distrustful.closed(1), { established: false, code: 0x100 + 42 }, 'quinn 0.9 refused the certificate (bad_certificate, its own view)')
+  await waitFor(async () => await cluster.kube.metric(FAILURES, { reason: 'peer_refused' }) === 1, { message: 'quinn 0.9\'s refusal counted as peer_refused' })
+  t.equal(await cluster.kube.metric(FAILURES, { reason: 'certificate' }), 0, 'not as certificate: the router cannot tell')
 })
 
 t.test('an ALPN the pod refuses is counted as upstream_alpn and the Pylon is told the pod could not be reached', { skip }, async (t) => {

@@ -147,7 +147,7 @@ t.test('the Stargate closing its tunnel: its code and reason reach the Pylon', {
  * the Pylon's own limit froze every stream of its tunnel.
  */
 t.test('quinn 0.11 path-MTU discovery through the router: 1452-byte packets on both legs, and a datagram too large for the other leg is dropped, never stalling the tunnel', { skip }, async (t) => {
-  const { pylon, stargate, sc } = await tunnel(t, '127.0.94')
+  const { pylon, stargate, sc } = await tunnel(t, '127.0.132')
   const client = await pylon.mtuDiscovered(1)
   t.match(client, { current_mtu: 1452, mtu_probes_lost: 0, black_holes: 0 }, 'the Pylon\'s leg carries quinn\'s 1452-byte probes')
   const server = await stargate.mtuDiscovered(sc)
@@ -175,7 +175,7 @@ t.test('quinn 0.11 path-MTU discovery through the router: 1452-byte packets on b
 })
 
 t.test('an older Pylon on quinn 0.9 reaches a Stargate on quinn 0.11 through the router: 16 MiB each way byte-exact', { skip: skip09 }, async (t) => {
-  const relayed = await tunnel(t, '127.0.95', { pylon: '0.9' })
+  const relayed = await tunnel(t, '127.0.133', { pylon: '0.9' })
   const { pylon, stargate, sc } = relayed
   t.equal((await pylon.established(1)).quinn, '0.9', 'the Pylon runs quinn 0.9')
   t.equal((await stargate.waitEvent('connected')).quinn, '0.11', 'the Stargate quinn 0.11')

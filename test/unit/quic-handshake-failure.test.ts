@@ -26,7 +26,7 @@ const cases: Array<{ name: string, role: QuicRole, info: QuicCloseInfo, want: st
   { name: 'client: the server wanted a certificate', role: 'client', info: info({ kind: 'peer', code: 0x100 + 116 }), want: 'client_certificate' },
   { name: 'another TLS alert we sent', role: 'server', info: info({ alert: 40 }), want: 'tls' },
   { name: 'a protocol error without an alert', role: 'server', info: info({ liberr: -205 }), want: 'protocol' },
-  { name: 'the peer closed with APPLICATION_ERROR (quinn refusing a certificate)', role: 'server', info: info({ kind: 'peer', code: 0x0c }), want: 'peer_refused' },
+  { name: 'the peer closed with APPLICATION_ERROR (quinn 0.9 refusing a certificate)', role: 'server', info: info({ kind: 'peer', code: 0x0c }), want: 'peer_refused' },
   { name: 'a stateless reset during the handshake', role: 'client', info: info({ kind: 'stateless_reset' }), want: 'peer_refused' },
 ]
 
