@@ -1,17 +1,18 @@
 /**
- * The quinn + rustls peers (test/fixtures/quinn-peer: the stack of the real Pylon and
- * Stargate, no ALPN) as processes for the bench/quic benchmarks: a Stargate-like
- * `bench-server` and the clients that load it (`bench-bulk`, `bench-handshakes`,
+ * The quinn + rustls peers (test/fixtures/quinn-peer: quinn 0.11 + rustls 0.23, the stack of
+ * the real Pylon and Stargate, no ALPN) as processes for the bench/quic benchmarks: a
+ * Stargate-like `bench-server` and the clients that load it (`bench-bulk`, `bench-handshakes`,
  * `bench-tunnels`), each printing one JSON line. Point a client at a quinn server for the
  * direct baseline, or at the router's tunnel port (SNI of the pod) for the relayed figure.
- * Packets are 1350 bytes unless maxUdpPayload says otherwise.
+ * Packets are quinn's own: 1200 bytes of UDP payload at first, then path-MTU discovery's (up to
+ * 1452 on loopback); the router's legs send 1350-byte packets.
  */
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { spawnChild, startRouter, tempDir, writeTargetsFile, type Child } from '../_children.ts'
 import type { Report } from '../_util.ts'
 import { createCa, createLeaf } from '../../test/fixtures/certs.ts'
-import { ensureQuinnPeer, QUINN_PEER_PACKAGES } from '../../test/fixtures/quinn-peer-build.ts'
+import { ensureQuinnPeer, quinnPeerStack, QUINN_PEER_PACKAGES } from '../../test/fixtures/quinn-peer-build.ts'
 
 export interface QuinnTls {
   /** Trust anchor for clients. */
@@ -56,7 +57,7 @@ export async function startQuinnServer (bin: string, tls: QuinnTls, ip: string, 
  * What every quinn benchmark starts with: the peer binary, its TLS material and a quinn server on
  * loopback. Without the binary the report says why the file was skipped and the process ends.
  */
-export async function startQuinnBench (report: Report): Promise<{ peer: string, tls: QuinnTls, server: QuinnServer }> {
+export async function startQuinnBench (report: Report): Promise<{ peer: string, stack: string, tls: QuinnTls, server: QuinnServer }> {
   const peer = await quinnBinary()
   if (peer === null) {
     report.info('skipped', 'quinn-peer cannot be built here (see stderr)')
@@ -64,7 +65,7 @@ export async function startQuinnBench (report: Report): Promise<{ peer: string, 
     process.exit(0)
   }
   const tls = await quinnTls()
-  return { peer, tls, server: await startQuinnServer(peer, tls, '127.0.0.1') }
+  return { peer, stack: quinnPeerStack(), tls, server: await startQuinnServer(peer, tls, '127.0.0.1') }
 }
 
 export interface QuinnRouter {

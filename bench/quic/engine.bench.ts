@@ -1,7 +1,8 @@
 /**
  * Issue 15 benchmark: the router's raw QUIC tunnels on the ngtcp2 engine, judged against the
- * stack of the real Pylon and Stargate (quinn 0.9.3 + rustls 0.20.8, no ALPN, 1350-byte
- * packets; test/fixtures/quinn-peer) measured side by side in the same run:
+ * stack of the real Pylon and Stargate (quinn 0.11 + rustls 0.23, no ALPN, quinn's transport
+ * defaults: path-MTU discovery takes its packets from 1200 to 1452 bytes; test/fixtures/quinn-peer)
+ * measured side by side in the same run:
  *
  *   bulk up            256 MiB on one stream (BENCH_QUIC_MIB), quinn client → quinn server
  *                      direct, and the same client → router → the same server. Target: through
@@ -40,8 +41,8 @@ const FLOOD = Number(process.env.BENCH_QUIC_FLOOD ?? 10_000)
 const SNI = 'stargate-0.stargate.external'
 
 const report = new Report('quic/engine')
-const { peer, tls, server } = await startQuinnBench(report)
-report.info('transfer', `${SIZE_MIB} MiB on one stream, 1350-byte packets, quinn 0.9.3 + rustls 0.20.8 at both ends`)
+const { peer, stack, tls, server } = await startQuinnBench(report)
+report.info('transfer', `${SIZE_MIB} MiB on one stream, ${stack} at both ends (quinn's packets: 1200 bytes, then path-MTU discovery up to 1452; the router's legs 1350)`)
 
 /** The sum of a metric's samples on the router's /metrics (every label combination). */
 async function metricSum (healthPort: number, name: string): Promise<number> {

@@ -1,6 +1,6 @@
 /**
  * Issue 15 baselines: quinn ↔ quinn direct, the stack of the real Pylon and Stargate
- * (test/fixtures/quinn-peer, quinn 0.9 + rustls 0.20, no ALPN, 1350-byte packets), each peer
+ * (test/fixtures/quinn-peer, quinn 0.11 + rustls 0.23, no ALPN, quinn's packet sizes), each peer
  * its own process on loopback. The router's raw QUIC figures are judged against these, as
  * ratios measured in the same run (bench/quic/_quinn.ts points the same clients at the
  * router's tunnel port):
@@ -27,9 +27,9 @@ const SECONDS = Number(process.env.BENCH_QUIC_SECONDS ?? 10)
 const SNI = 'stargate-0.stargate.external'
 
 const report = new Report('quic/quinn')
-const { peer, tls, server } = await startQuinnBench(report)
+const { peer, stack, tls, server } = await startQuinnBench(report)
 const target: QuinnTarget = { connect: `127.0.0.1:${server.port}`, sni: SNI, caPath: tls.caPath }
-report.info('transfer', `${SIZE_MIB} MiB on one stream, 1350-byte packets, quinn 0.9.3 + rustls 0.20.8`)
+report.info('transfer', `${SIZE_MIB} MiB on one stream, ${stack} (1200-byte packets, then path-MTU discovery up to 1452)`)
 
 const serverCpuPerGiB: number[] = []
 async function bulk (direction: 'up' | 'down'): Promise<number> {

@@ -1,8 +1,8 @@
 /**
  * Issue 15 benchmark: 1,000 concurrent raw QUIC tunnels (BENCH_QUIC_TUNNELS), each one 4 KiB
  * request per second (echoed; a new stream per request) for BENCH_QUIC_SECONDS (10), staggered
- * over the second, with the stack of the real Pylon and Stargate at both ends (quinn 0.9.3 +
- * rustls 0.20.8, no ALPN, 1350-byte packets; test/fixtures/quinn-peer `bench-tunnels` against
+ * over the second, with the stack of the real Pylon and Stargate at both ends (quinn 0.11 +
+ * rustls 0.23, no ALPN, quinn's packet sizes; test/fixtures/quinn-peer `bench-tunnels` against
  * `bench-server`): the request latency straight to the quinn server and through the router on
  * the ngtcp2 engine, measured in the same run, alternated (direct, router, direct, router) so a
  * drift of the machine's speed shows as spread rather than as a difference. Targets: the router
@@ -21,8 +21,8 @@ const ROUNDS = process.env.BENCH_QUICK === '1' ? 1 : 2
 const SNI = 'stargate-0.stargate.external'
 
 const report = new Report('quic/tunnels')
-report.info('load', `${TUNNELS} tunnels, 1 request/s of 4096 B each for ${SECONDS} s, ${ROUNDS} rounds per case, quinn 0.9.3 + rustls 0.20.8 at both ends`)
-const { peer, tls, server } = await startQuinnBench(report)
+const { peer, stack, tls, server } = await startQuinnBench(report)
+report.info('load', `${TUNNELS} tunnels, 1 request/s of 4096 B each for ${SECONDS} s, ${ROUNDS} rounds per case, ${stack} at both ends`)
 const router = await startQuinnRouter(tls, server.port, ['--quic-max-connections', String(4 * TUNNELS)])
 const direct: QuinnTarget = { connect: `127.0.0.1:${server.port}`, sni: SNI, caPath: tls.caPath }
 const relayed: QuinnTarget = { connect: `127.0.0.1:${router.port}`, sni: SNI, caPath: tls.caPath }
