@@ -12,6 +12,7 @@ import { join } from 'node:path'
 import { QuinnPeer, patternSha256, quinnPeerSkip, type QuinnVersion } from '../fixtures/quinn-peer.ts'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import type { Teardown } from '../fixtures/kube-router.ts'
+import { sleep } from '../fixtures/wait.ts'
 
 const skip = await quinnPeerSkip(t)
 const skip09 = skip || await quinnPeerSkip(t, '0.9')
@@ -27,16 +28,25 @@ interface Tunnel {
   readonly sc: number
 }
 
-async function tunnel (t: Teardown, subnet: string, versions: { pylon?: QuinnVersion, stargate?: QuinnVersion } = {}): Promise<Tunnel> {
-  const cluster = await QuicCluster.start(t, { pods: [], subnet })
+interface TunnelOptions {
+  readonly pylon?: QuinnVersion
+  readonly stargate?: QuinnVersion
+  /** Both peers' idle timeout (quinn's default, 30 s, unless set). */
+  readonly idleTimeoutMs?: number
+  /** The router's extra flags. */
+  readonly args?: readonly string[]
+}
+
+async function tunnel (t: Teardown, subnet: string, options: TunnelOptions = {}): Promise<Tunnel> {
+  const cluster = await QuicCluster.start(t, { pods: [], subnet, args: [...options.args ?? []] })
   const certPath = join(cluster.tls.dir, 'pod.crt')
   const keyPath = join(cluster.tls.dir, 'pod.key')
   await writeFile(certPath, cluster.tls.stargate.chainPem)
   await writeFile(keyPath, cluster.tls.stargate.keyPem)
-  const stargate = await QuinnPeer.server(t, { listen: `${subnet}.10:0`, certPath, keyPath, accept: 'echo', quinn: versions.stargate })
+  const stargate = await QuinnPeer.server(t, { listen: `${subnet}.10:0`, certPath, keyPath, accept: 'echo', quinn: options.stargate, idleTimeoutMs: options.idleTimeoutMs })
   cluster.list('stargate-0', `${subnet}.10`, stargate.port, true)
   await cluster.waitForTargets(1)
-  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath, accept: 'echo', quinn: versions.pylon })
+  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath, accept: 'echo', quinn: options.pylon, idleTimeoutMs: options.idleTimeoutMs })
   const connected = await pylon.established(1)
   if (connected.alpn !== null) throw new Error(`the pylon negotiated ALPN ${connected.alpn}`)
   const { conn: sc } = await stargate.waitEvent('connected')
@@ -190,4 +200,23 @@ t.test('an older Pylon on quinn 0.9 reaches a Stargate on quinn 0.11 through the
   t.match(echoed, { bytes: 16 * MIB, fin: true, sha256: patternSha256(32, 16 * MIB) }, 'Pylon → Stargate → Pylon intact')
   await pylon.close(1, 0x99, 'old pylon leaving')
   t.match(await stargate.closed(sc), { kind: 'application', by: 'peer', code: 0x99, reason: 'old pylon leaving' }, 'its close crossed')
+})
+
+/*
+ * quinn 0.11's idle timeout is 30 s by default, and neither the real Pylon nor the real Stargate
+ * sends keep-alives: an idle tunnel lives on the PINGs of the router's legs (--relay-keep-alive-ms,
+ * 10 s by default). Scaled down here: peers at 1.5 s, PINGs every 400 ms; without them the same
+ * tunnel dies of idleness.
+ */
+t.test('an idle tunnel outlives the quinn peers\' idle timeout on the router\'s keep-alives, and dies of it without them', { skip }, async (t) => {
+  const kept = await tunnel(t, '127.0.134', { idleTimeoutMs: 1500, args: ['--relay-keep-alive-ms', '400'] })
+  const dropped = await tunnel(t, '127.0.135', { idleTimeoutMs: 1500, args: ['--relay-keep-alive-ms', '0'] })
+  t.match(await dropped.pylon.closed(1, 10_000), { kind: 'timeout' }, 'without keep-alives the idle Pylon times out')
+  await sleep(4000)
+  t.notOk(kept.pylon.events.some((e) => e.ev === 'closed'), 'with them the Pylon stays connected past 2 × its idle timeout')
+  t.notOk(kept.stargate.events.some((e) => e.ev === 'closed'), 'and so does the Stargate')
+  const s = await kept.pylon.open(1, 'bi')
+  await kept.pylon.write(1, s, 'still there')
+  await kept.pylon.finish(1, s)
+  t.match(await kept.pylon.recvDone(1, s), { bytes: 11, fin: true }, 'and the tunnel still echoes')
 })
