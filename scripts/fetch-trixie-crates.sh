@@ -62,20 +62,24 @@ fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/trixie-crates.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/etc" "$WORK/lists/partial" "$WORK/cache/archives/partial" "$WORK/debs"
+mkdir -p "$WORK/etc/sources.list.d" "$WORK/etc/preferences.d" "$WORK/lists/partial" "$WORK/cache/archives/partial" "$WORK/debs"
 : > "$WORK/status"
 echo "deb [signed-by=$KEYRING] $MIRROR $SUITE main" > "$WORK/etc/sources.list"
 # Every path apt reads or writes is private; the downloads run as the invoking user (no drop to
 # _apt, which could not write into this private folder).
 APT_OPTS=(
-  -o "Dir::Etc::sourcelist=$WORK/etc/sources.list" -o Dir::Etc::sourceparts=-
-  -o "Dir::Etc::preferences=$WORK/etc/preferences" -o Dir::Etc::preferencesparts=-
+  -o "Dir::Etc::sourcelist=$WORK/etc/sources.list" -o "Dir::Etc::sourceparts=$WORK/etc/sources.list.d"
+  -o "Dir::Etc::preferences=$WORK/etc/preferences" -o "Dir::Etc::preferencesparts=$WORK/etc/preferences.d"
   -o "Dir::State=$WORK" -o "Dir::State::Lists=$WORK/lists" -o "Dir::State::status=$WORK/status"
   -o "Dir::Cache=$WORK/cache" -o "APT::Sandbox::User=$(id -un)" -o APT::Get::List-Cleanup=false
 )
 
 echo "fetch-trixie-crates: $SUITE main from $MIRROR"
-apt-get "${APT_OPTS[@]}" -qq update > "$WORK/update.log" 2>&1 || { cat "$WORK/update.log" >&2; fail "apt-get update of $SUITE failed"; }
+# apt-get update exits 0 when a download fails (it only warns): the index on disk tells.
+if ! apt-get "${APT_OPTS[@]}" -q update > "$WORK/update.log" 2>&1 || ! compgen -G "$WORK/lists/*_dists_${SUITE}_main_binary-*_Packages*" > /dev/null; then
+  cat "$WORK/update.log" >&2
+  fail "could not download $SUITE's package index from $MIRROR"
+fi
 
 # apt's resolver over an empty dpkg status: what installing the roots on a bare trixie would
 # take. Of that, the librust-*-dev packages are the crates; the rest (libc6, dpkg-dev, …) is not
