@@ -61,7 +61,9 @@ async function pair (t: Test, client: Partial<ClientOptions> = {}, server: { acc
 
 t.test('a Pylon-like client and a Stargate-like server connect with no ALPN, the server seeing the SNI', { skip }, async (t) => {
   const { server, pylon } = await pair(t)
+  t.match(server.events.find((e) => e.ev === 'listening'), { quinn: '0.11', rustls: '0.23' }, 'by default the peer runs quinn 0.11 + rustls 0.23, as upstream')
   const client = await pylon.established()
+  t.equal(client.quinn, '0.11')
   t.equal(client.alpn, null, 'the client negotiated no ALPN')
   t.equal(client.peer_cert, true, 'the server presented its certificate')
   t.ok(client.max_datagram_size !== null && client.max_datagram_size > 1000, `datagrams offered (max ${client.max_datagram_size})`)
