@@ -6,8 +6,9 @@
  *   proposal.accept({ credentials, alpn })  the TLS material and the ALPN protocols the server
  *                                           accepts (the relay passes exactly what the client
  *                                           offered, including nothing; HTTP/3 passes ['h3'])
- *   proposal.reject(reason)                 a CONNECTION_CLOSE in an Initial packet, before any
- *                                           handshake work (SPEC §7: unknown SNI)
+ *   proposal.reject()                       a CONNECTION_CLOSE in an Initial packet, before any
+ *                                           handshake work (SPEC §7: unknown SNI), with no reason
+ *                                           phrase: the owner logs and counts its own reason
  *
  * A proposal not decided within pendingTimeoutMs is dropped by the addon. Limits (connections,
  * half-open per address, the Retry threshold) apply before a proposal is made.
@@ -18,7 +19,7 @@ import type { ServerCredentials } from './credentials.ts'
 import type { NativeEndpointStats, NativeProposal, NativeQuic, NativeTransport as TransportOptions } from './native.ts'
 
 /** Transport error APPLICATION_ERROR: RFC 9000 §10.2.3 makes an application close sent before
-    the handshake completes (in an Initial packet) this code, the reason kept. */
+    the handshake completes (in an Initial packet) this code, with the reason phrase cleared. */
 export const APPLICATION_ERROR = 0x0c
 
 export interface QuicEndpointLimits {
@@ -94,11 +95,14 @@ export class QuicProposal {
     return this.endpoint.acceptPending(this, options)
   }
 
-  /** Refuses it with CONNECTION_CLOSE(code, reason) in an Initial; nothing else is kept. */
-  reject (reason: string, code = APPLICATION_ERROR): void {
+  /**
+   * Refuses it with a transport CONNECTION_CLOSE(code) in an Initial, without a reason phrase
+   * (anyone on the path reads an Initial; RFC 9000 §10.2.3); nothing else is kept.
+   */
+  reject (code = APPLICATION_ERROR): void {
     if (this.#decided) return
     this.#decided = true
-    this.endpoint.rejectPending(this, code, reason)
+    this.endpoint.rejectPending(this, code)
   }
 }
 
@@ -192,8 +196,8 @@ export class QuicEndpoint {
   }
 
   /** @internal */
-  rejectPending (proposal: QuicProposal, code: number, reason: string): void {
+  rejectPending (proposal: QuicProposal, code: number): void {
     this.#pending.delete(proposal.pendingId)
-    this.#engine.native.reject(proposal.pendingId, code, reason)
+    this.#engine.native.reject(proposal.pendingId, code)
   }
 }

@@ -191,7 +191,7 @@ export interface NativeQuic {
   endpointStats (endpoint: number): NativeEndpointStats | undefined
   endpointClose (endpoint: number): void
   accept (pending: number, cred: number, alpn: Buffer | null, transport: NativeTransport | null): number
-  reject (pending: number, code: number, reason: string | Buffer): void
+  reject (pending: number, code: number): void
   connect (address: string, port: number, cred: number, sni: string | null, alpn: Buffer | null, transport: NativeTransport, options: { recvBuffer?: number, sendBuffer?: number }): number
   close (conn: number, app: boolean, code: number, reason: string | Buffer): void
   destroy (conn: number): void

@@ -45,7 +45,8 @@
  * endpointClose(endpoint)                   closes the socket; connections on it are destroyed
  * accept(pending, cred, alpn: Buffer | null, transport | null) -> conn
  *   alpn: the protocols (wire format) the server accepts, chosen by TypeScript (empty: none)
- * reject(pending, code, reason)             CONNECTION_CLOSE in an Initial, no state kept
+ * reject(pending, code)                     transport CONNECTION_CLOSE(code) in an Initial, no reason
+ *                                           phrase (RFC 9000 §10.2.3), no state kept
  * connect(address, port, cred, sni | null, alpn: Buffer | null, transport, options) -> conn
  *   options: {recvBuffer, sendBuffer}; the connection gets its own connected UDP socket
  * close(conn, app, code, reason)            CONNECTION_CLOSE, then the closing period
@@ -537,15 +538,11 @@ static napi_value js_accept(napi_env env, napi_callback_info info) {
 
 static napi_value js_reject(napi_env env, napi_callback_info info) {
   qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
+  napi_value argv[2];
+  get_args(env, info, 2, argv);
   qpending *p = qmap_get_u64(&eng->pendings, (uint32_t)get_num(env, argv[0], 0));
   if (p == NULL) return undefined(env);
-  uint64_t code = (uint64_t)get_num(env, argv[1], 0);
-  size_t len = 0;
-  char *reason = get_reason(env, argv[2], &len);
-  pending_reject(p, code, reason, reason == NULL ? 0 : len);
-  free(reason);
+  pending_reject(p, (uint64_t)get_num(env, argv[1], 0));
   return undefined(env);
 }
 

@@ -12,7 +12,7 @@
  *            source address has too many) ─yes─▶ stateless Retry, no state kept
  *         ─▶ pending: its Initial(s) decrypted and the ClientHello reassembled (initial.c)
  *         ─▶ EV_PROPOSED {sni, alpn, address}: TypeScript accepts (TLS material, ALPN) or rejects
- *            (CONNECTION_CLOSE in an Initial, no handshake work done)
+ *            (CONNECTION_CLOSE in an Initial, no reason phrase, no handshake work done)
  *
  * Everything refused is counted by reason. Half-open handshakes (pending, or accepted and not yet
  * established) are counted per source address; a client that proved its address with a Retry
@@ -645,11 +645,13 @@ static void send_retry(qendpoint *ep, const ngtcp2_pkt_hd *hd, const struct sock
   ep->c_stateless[Q_SENT_RETRY]++;
 }
 
+/* A transport CONNECTION_CLOSE (0x1c) in an Initial, with no reason phrase: an Initial is
+   readable by anyone on the path, so RFC 9000 §10.2.3 has an application's refusal sent this way
+   as APPLICATION_ERROR with the reason cleared (the router logs and counts its own reason). */
 static void send_close_initial(qendpoint *ep, uint32_t version, const ngtcp2_cid *client_scid, const ngtcp2_cid *client_dcid,
-                               uint64_t code, const char *reason, size_t reasonlen, const struct sockaddr *to, socklen_t tolen) {
+                               uint64_t code, const struct sockaddr *to, socklen_t tolen) {
   uint8_t buf[Q_TX_PKT_SIZE];
-  ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(buf, sizeof buf, version, client_scid, client_dcid, code,
-                                                        (const uint8_t *)reason, reasonlen);
+  ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(buf, sizeof buf, version, client_scid, client_dcid, code, NULL, 0);
   if (n > 0) ep_send_raw(ep, buf, (size_t)n, to, tolen);
 }
 
@@ -688,7 +690,7 @@ static void on_initial(qendpoint *ep, const uint8_t *data, size_t len, const str
                                          hd.version, from, fromlen, &hd.dcid, 10 * NGTCP2_SECONDS, q_now()) != 0) {
       ep->c_dropped[Q_DROP_INVALID_TOKEN]++;
       /* RFC 9000 §8.1.3: a bad Retry token ends the attempt with INVALID_TOKEN. */
-      send_close_initial(ep, hd.version, &hd.scid, &hd.dcid, NGTCP2_INVALID_TOKEN, NULL, 0, from, fromlen);
+      send_close_initial(ep, hd.version, &hd.scid, &hd.dcid, NGTCP2_INVALID_TOKEN, from, fromlen);
       return;
     }
     validated = 1;
@@ -942,9 +944,9 @@ qconn *pending_accept(qpending *p, qcred *cr, const uint8_t *alpn, size_t alpnle
   return c;
 }
 
-void pending_reject(qpending *p, uint64_t code, const char *reason, size_t reasonlen) {
+void pending_reject(qpending *p, uint64_t code) {
   qendpoint *ep = p->ep;
-  send_close_initial(ep, p->version, &p->scid, &p->dcid, code, reason, reasonlen, (struct sockaddr *)&p->remote, p->remotelen);
+  send_close_initial(ep, p->version, &p->scid, &p->dcid, code, (struct sockaddr *)&p->remote, p->remotelen);
   ep->c_rejected++;
   pending_drop(ep->eng, p);
 }

@@ -500,7 +500,7 @@ void ep_send_raw(qendpoint *ep, const uint8_t *data, size_t len, const struct so
 void ep_reset_token(qendpoint *ep, const ngtcp2_cid *cid, uint8_t *token);
 void pending_free(qengine *eng, qpending *p);
 qconn *pending_accept(qpending *p, qcred *cr, const uint8_t *alpn, size_t alpnlen, const qtransport *t, const char **err);
-void pending_reject(qpending *p, uint64_t code, const char *reason, size_t reasonlen);
+void pending_reject(qpending *p, uint64_t code);
 void addr_key_of(const struct sockaddr *sa, uint8_t key[16]);
 
 /* conn.c */
