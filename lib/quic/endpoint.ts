@@ -10,8 +10,10 @@
  *                                           handshake work (SPEC §7: unknown SNI), with no reason
  *                                           phrase: the owner logs and counts its own reason
  *
- * A proposal not decided within pendingTimeoutMs is dropped by the addon. Limits (connections,
- * half-open per address, the Retry threshold) apply before a proposal is made.
+ * A proposal not decided within pendingTimeoutMs (or the handshake timeout, if shorter) is
+ * dropped by the addon, as is a ClientHello still incomplete by then (its datagrams are held until
+ * it is: at most six, 20 KiB). Limits (connections, half-open per address, the Retry threshold)
+ * apply before a proposal is made.
  */
 import { encodeAlpn } from './alpn.ts'
 import type { QuicConnection } from './connection.ts'
@@ -31,7 +33,7 @@ export interface QuicEndpointLimits {
   readonly retryThreshold?: number
   /** Retry every client first, whatever the load. */
   readonly retry?: boolean
-  /** A proposal (or an incomplete ClientHello) is dropped after this long (default 2000). */
+  /** A proposal (or an incomplete ClientHello) is dropped after this long, or after the handshake timeout if shorter (default 2000). */
   readonly pendingTimeoutMs?: number
 }
 

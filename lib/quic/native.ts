@@ -149,6 +149,8 @@ export interface NativeEndpointStats extends NativeIo {
   readonly connections: number
   readonly pending: number
   readonly halfOpen: number
+  /** Bytes the pending Initials hold: their datagrams and ClientHello reassembly (an incomplete first flight waits in them). */
+  readonly pendingBytes: number
   readonly dropped: Readonly<Record<EndpointDropReason, number>>
   readonly stateless: Readonly<Record<StatelessPacketType, number>>
   readonly proposed: number

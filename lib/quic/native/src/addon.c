@@ -38,7 +38,9 @@
  *             retry, pendingTimeoutMs, resetSecret: Buffer(32) | null, transport}
  * endpointConfigure(endpoint, options)      same options, changed for later Initials
  * endpointStats(endpoint) -> {connections, pending, halfOpen, I/O, dropped: {reason: n},
- *                              stateless: {type: n}, proposed, rejected, accepted, gso}
+ *                              stateless: {type: n}, proposed, rejected, accepted, gso,
+ *                              pendingBytes}
+ *   pendingBytes: what the pending Initials hold (their datagrams, their ClientHello reassembly)
  *   I/O: rxDatagrams, rxBytes, txDatagrams, txBytes, txDropped (sends lost). dropped (received
  *   datagrams that reached no connection) and stateless (packets answered without connection
  *   state) are keyed by quic.h's Q_DROP_REASONS and Q_STATELESS_PACKETS strings
@@ -494,6 +496,7 @@ static napi_value js_endpoint_stats(napi_env env, napi_callback_info info) {
   SET("connections", ep->nconns);
   SET("pending", ep->npending);
   SET("halfOpen", ep->half_open);
+  SET("pendingBytes", ep->pending_bytes);
   set_io(env, o, &ep->io);
   napi_set_named_property(env, o, "dropped", counts_by_name(env, DROP_REASON_NAMES, ep->c_dropped, Q_NDROP_REASONS));
   napi_set_named_property(env, o, "stateless", counts_by_name(env, STATELESS_PACKET_NAMES, ep->c_stateless, Q_NSTATELESS_PACKETS));
