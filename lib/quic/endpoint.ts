@@ -6,11 +6,14 @@
  *   proposal.accept({ credentials, alpn })  the TLS material and the ALPN protocols the server
  *                                           accepts (the relay passes exactly what the client
  *                                           offered, including nothing; HTTP/3 passes ['h3'])
- *   proposal.reject(reason)                 a CONNECTION_CLOSE in an Initial packet, before any
- *                                           handshake work (SPEC §7: unknown SNI)
+ *   proposal.reject()                       a CONNECTION_CLOSE in an Initial packet, before any
+ *                                           handshake work (SPEC §7: unknown SNI), with no reason
+ *                                           phrase: the owner logs and counts its own reason
  *
- * A proposal not decided within pendingTimeoutMs is dropped by the addon. Limits (connections,
- * half-open per address, the Retry threshold) apply before a proposal is made.
+ * A proposal not decided within pendingTimeoutMs (or the handshake timeout, if shorter) is
+ * dropped by the addon, as is a ClientHello still incomplete by then (its datagrams are held until
+ * it is: at most six, 20 KiB). Limits (connections, half-open per address, the Retry threshold)
+ * apply before a proposal is made.
  */
 import { encodeAlpn } from './alpn.ts'
 import type { QuicConnection } from './connection.ts'
@@ -18,7 +21,7 @@ import type { ServerCredentials } from './credentials.ts'
 import type { NativeEndpointStats, NativeProposal, NativeQuic, NativeTransport as TransportOptions } from './native.ts'
 
 /** Transport error APPLICATION_ERROR: RFC 9000 §10.2.3 makes an application close sent before
-    the handshake completes (in an Initial packet) this code, the reason kept. */
+    the handshake completes (in an Initial packet) this code, with the reason phrase cleared. */
 export const APPLICATION_ERROR = 0x0c
 
 export interface QuicEndpointLimits {
@@ -30,7 +33,7 @@ export interface QuicEndpointLimits {
   readonly retryThreshold?: number
   /** Retry every client first, whatever the load. */
   readonly retry?: boolean
-  /** A proposal (or an incomplete ClientHello) is dropped after this long (default 2000). */
+  /** A proposal (or an incomplete ClientHello) is dropped after this long, or after the handshake timeout if shorter (default 2000). */
   readonly pendingTimeoutMs?: number
 }
 
@@ -94,11 +97,14 @@ export class QuicProposal {
     return this.endpoint.acceptPending(this, options)
   }
 
-  /** Refuses it with CONNECTION_CLOSE(code, reason) in an Initial; nothing else is kept. */
-  reject (reason: string, code = APPLICATION_ERROR): void {
+  /**
+   * Refuses it with a transport CONNECTION_CLOSE(code) in an Initial, without a reason phrase
+   * (anyone on the path reads an Initial; RFC 9000 §10.2.3); nothing else is kept.
+   */
+  reject (code = APPLICATION_ERROR): void {
     if (this.#decided) return
     this.#decided = true
-    this.endpoint.rejectPending(this, code, reason)
+    this.endpoint.rejectPending(this, code)
   }
 }
 
@@ -192,8 +198,8 @@ export class QuicEndpoint {
   }
 
   /** @internal */
-  rejectPending (proposal: QuicProposal, code: number, reason: string): void {
+  rejectPending (proposal: QuicProposal, code: number): void {
     this.#pending.delete(proposal.pendingId)
-    this.#engine.native.reject(proposal.pendingId, code, reason)
+    this.#engine.native.reject(proposal.pendingId, code)
   }
 }

@@ -149,6 +149,8 @@ export interface NativeEndpointStats extends NativeIo {
   readonly connections: number
   readonly pending: number
   readonly halfOpen: number
+  /** Bytes the pending Initials hold: their datagrams and ClientHello reassembly (an incomplete first flight waits in them). */
+  readonly pendingBytes: number
   readonly dropped: Readonly<Record<EndpointDropReason, number>>
   readonly stateless: Readonly<Record<StatelessPacketType, number>>
   readonly proposed: number
@@ -191,7 +193,7 @@ export interface NativeQuic {
   endpointStats (endpoint: number): NativeEndpointStats | undefined
   endpointClose (endpoint: number): void
   accept (pending: number, cred: number, alpn: Buffer | null, transport: NativeTransport | null): number
-  reject (pending: number, code: number, reason: string | Buffer): void
+  reject (pending: number, code: number): void
   connect (address: string, port: number, cred: number, sni: string | null, alpn: Buffer | null, transport: NativeTransport, options: { recvBuffer?: number, sendBuffer?: number }): number
   close (conn: number, app: boolean, code: number, reason: string | Buffer): void
   destroy (conn: number): void

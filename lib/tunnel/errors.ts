@@ -4,6 +4,8 @@
  * The routing refusals are one condition on both tunnel kinds, so their wording is defined once
  * (SNI_REFUSALS) and used by the raw QUIC reasons here and WebTransport's REJECTIONS
  * (webtransport-connect.ts), which answer the session request with an HTTP status instead.
+ * A tunnel refused from its Initial packet gets no reason on the wire (RFC 9000 §10.2.3), only
+ * APPLICATION_ERROR: those rows say so (`initial`), and the router's log and metrics keep the code.
  * Indexed with the other areas in lib/errors.ts and documented in docs/errors.md.
  */
 import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
@@ -16,6 +18,17 @@ export const SNI_REFUSALS = {
 } as const
 
 /**
+ * How a close reaches the Pylon besides its reason: `only` refused from the Initial packet (no
+ * reason on the wire), `also` the reason on open tunnels and the Initial refusal for new ones.
+ */
+type InitialRefusal = 'only' | 'also'
+
+interface QuicCloseDoc extends ErrorDoc {
+  readonly reason: string
+  readonly initial?: InitialRefusal
+}
+
+/**
  * The tunnel port's close reasons, all with application error code 0: raw QUIC CONNECTION_CLOSE
  * and WebTransport (over HTTP/3, and the HTTP/2 relay's close capsules) use the same ones
  * (lib/tunnel/quic-tunnel-port.ts TUNNEL_CLOSE_REASONS).
@@ -23,21 +36,25 @@ export const SNI_REFUSALS = {
 export const QUIC_CLOSE_REASONS = {
   missing_sni: {
     reason: SNI_REFUSALS.missing_sni,
+    initial: 'only',
     meaning: 'the Pylon\'s Initial carries no server name, so it names no stargate; refused before the handshake',
     action: 'configure the Pylon to dial the advertised stargate host name (not an address)',
   },
   unknown_sni: {
     reason: SNI_REFUSALS.unknown_sni,
-    meaning: 'the server name does not render from --advertised-hostname-template, or names no known pod',
+    initial: 'only',
+    meaning: 'the server name does not render from --advertised-hostname-template (a name that does but names no ready pod is `target_unavailable`); refused before the handshake',
     action: 'check the Pylon\'s target against WatchStargates and --advertised-hostname-template',
   },
   target_unavailable: {
     reason: SNI_REFUSALS.target_unavailable,
-    meaning: 'the server name names a pod that is not ready, or has no quic port',
+    initial: 'also',
+    meaning: 'the server name renders from the template but names no ready pod: one that is not ready, has no quic port, or does not exist; refused before the handshake, or closed with the reason when the pod left the ready set during it',
     action: 'none: the Pylon retries; if it persists, check the pod\'s readiness and its quic port (--quic-port-name)',
   },
   shutdown: {
     reason: 'router shutdown',
+    initial: 'also',
     meaning: 'the router is shutting down (SIGTERM); new tunnels are refused and open ones closed',
     action: 'none: the Pylon reconnects to another replica',
   },
@@ -66,7 +83,7 @@ export const QUIC_CLOSE_REASONS = {
     meaning: 'the other leg ended without a close from its peer (handshake timeout, stateless reset, unreachable, a protocol error)',
     action: 'check the side named: its network, its QUIC stack or its certificate',
   },
-} as const satisfies Record<string, ErrorDoc & { readonly reason: string }>
+} as const satisfies Record<string, QuicCloseDoc>
 
 /** WebTransport over HTTP/2: close capsule reasons (code 0) of its own, besides the tunnel port's. */
 export const WEBTRANSPORT_CLOSE_REASONS = {
@@ -89,12 +106,26 @@ export const WEBTRANSPORT_CLOSE_REASONS = {
 
 export type QuicCloseCode = keyof typeof QUIC_CLOSE_REASONS
 
+/** A refusal from the Initial packet, as the Pylon's QUIC stack reads it. */
+const INITIAL_CLOSE = 'CONNECTION_CLOSE APPLICATION_ERROR (0x0c), no reason'
+
+function closeSeen (entry: QuicCloseDoc, code: string): string {
+  switch (entry.initial) {
+    case 'only': return `${INITIAL_CLOSE} (the router's log and metrics: \`${code}\`)`
+    case 'also': return `close reason \`${entry.reason}\`; a new tunnel: ${INITIAL_CLOSE}`
+    default: return `close reason \`${entry.reason}\``
+  }
+}
+
 export const QUIC_CLOSE_AREA: CatalogueArea = {
   title: 'Tunnel closes (tunnel port: raw QUIC, WebTransport)',
-  where: 'The reason (application error code 0) of the CONNECTION_CLOSE frame or WebTransport close the router sends a Pylon or a stargate; `leg_idle` and `leg_failed` are raw QUIC\'s.',
+  where: 'The reason (application error code 0) of the CONNECTION_CLOSE frame or WebTransport close the router sends a Pylon or a stargate; `leg_idle` and `leg_failed` are raw QUIC\'s. ' +
+    'A tunnel refused from its Initial packet, before any handshake work (SNI routing, shutdown), is closed with a transport CONNECTION_CLOSE carrying APPLICATION_ERROR (0x0c) and no reason phrase, as RFC 9000 §10.2.3 requires of a close sent before the handshake ' +
+    '(quinn reports `aborted by peer: the application or application protocol caused the connection to be closed during the handshake`); ' +
+    'the router counts an SNI refusal under its code (`stargate_k8s_router_quic_connections_total{outcome}` or `stargate_k8s_router_webtransport_sessions_total{outcome}`, and `stargate_k8s_router_quic_handshake_failures_total{reason}`) and logs it as `raw quic handshake refused` / `webtransport http/3 handshake refused` with `reason` and `sni`.',
   table: 'QUIC_CLOSE_REASONS',
   file: 'lib/tunnel/errors.ts',
-  rows: catalogueRows(QUIC_CLOSE_REASONS, (e) => `close reason \`${e.reason}\``),
+  rows: catalogueRows<QuicCloseDoc>(QUIC_CLOSE_REASONS, closeSeen),
 }
 
 export const WEBTRANSPORT_CLOSE_AREA: CatalogueArea = {

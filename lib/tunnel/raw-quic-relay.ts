@@ -168,23 +168,27 @@ export class RawQuicRelay {
     return untrusted.length
   }
 
-  /** A connection proposed by the tunnel port: route it by SNI before any handshake work. */
+  /**
+   * A connection proposed by the tunnel port: route it by SNI before any handshake work. A
+   * refusal here is a CONNECTION_CLOSE in an Initial, which carries no reason phrase (RFC 9000
+   * §10.2.3): the Pylon reads APPLICATION_ERROR, the reason is the metric's outcome and the log's.
+   */
   propose (proposal: QuicProposal): void {
     const { metrics } = this.#options
     if (!this.#accepting) {
-      proposal.reject(CLOSE_REASONS.shutdown)
+      proposal.reject()
       return
     }
     const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)
     if (!route.ok) {
       metrics.quicConnections.labels(route.reason).inc()
-      proposal.reject(CLOSE_REASONS[route.reason])
+      proposal.reject()
       this.#failures.record(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
       return
     }
     const credentials = this.#options.serverCredentials()
     if (credentials === null) {
-      proposal.reject(CLOSE_REASONS.target_unavailable)
+      proposal.reject()
       return
     }
     // Exactly what the Pylon offered, including nothing: the server picks from that offer.

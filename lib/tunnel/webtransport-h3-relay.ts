@@ -244,16 +244,17 @@ export class WebTransportH3Relay implements TunnelHost {
     return { idleTimeoutMs: this.#options.idleTimeoutMs, keepAliveMs: this.#options.keepAliveMs, datagrams: true }
   }
 
+  /** Refusals here close from the Initial, without a reason phrase (raw-quic-relay.ts propose). */
   #onProposal (proposal: QuicProposal): void {
-    if (!this.#accepting) return proposal.reject(H3_CLOSE_REASONS.shutdown)
+    if (!this.#accepting) return proposal.reject()
     const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)
     if (!route.ok) {
       this.#options.metrics.sessions.labels(route.reason).inc()
       this.#failures.record(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
-      return proposal.reject(H3_CLOSE_REASONS[route.reason])
+      return proposal.reject()
     }
     const credentials = this.#options.serverCredentials()
-    if (credentials === null) return proposal.reject('no server identity')
+    if (credentials === null) return proposal.reject()
     // A Pylon's handshake gets the same bound as the router's dial to a pod.
     const quic = proposal.accept({ credentials, alpn: ['h3'], transport: { ...this.#transport(), handshakeTimeoutMs: this.#options.connectTimeoutMs } })
     if (quic === null) return

@@ -6,7 +6,8 @@
  *   at the pod's CURRENT IP and port (the request is tagged, and the tag must show up in the
  *   stub that runs at that IP:port now; a stale address would hit no stub or a dead one);
  * - `refuses`: a name that is not advertised (a pod not ready, terminating or gone, or a
- *   dashed-IP alias) is refused by the router with the SPEC's error, and does not reach the pod.
+ *   dashed-IP alias) is refused by the router with the SPEC's error (for a tunnel refused from
+ *   its Initial, the error the router counts), and does not reach the pod.
  *
  * ROUTE_CHECKS lists the checkers the matrix runs for every pod in every phase. It holds gRPC
  * registration (SPEC §5) and LLM HTTP (SPEC §6). The reverse tunnel checkers (raw QUIC by SNI,
@@ -247,10 +248,15 @@ export function rawQuicTunnelCheck (): RouteChecker {
       const stub = pod === null ? null : pod.process.quic as StubStargateQuic
       const before = stub?.tunnels.length ?? 0
       const scope = new CheckScope()
+      const refusals = async (): Promise<number> => await router.metric('stargate_k8s_router_quic_connections_total', { outcome: 'target_unavailable' }) ?? 0
       try {
+        const counted = await refusals()
         const pylon = await PylonTunnel.dial(scope, { port: tunnelPort(router), serverName: host, caPem: null })
         const closed = await pylon.closedWith()
-        if (closed.reason !== 'target stargate not ready') return `a tunnel to ${host} closed with ${JSON.stringify(closed.reason)}, want "target stargate not ready"`
+        // Refused from the Initial: APPLICATION_ERROR without a reason (RFC 9000 §10.2.3); the
+        // router counts why.
+        if (closed.app || closed.code !== 0x0c || closed.reason !== '') return `a tunnel to ${host} closed with ${JSON.stringify(closed)}, want a transport close APPLICATION_ERROR (0x0c) without a reason`
+        if (await refusals() !== counted + 1) return `a tunnel to ${host} was not counted as target_unavailable`
         if (stub !== null && stub.tunnels.length !== before) return `a tunnel to ${host} reached the pod although it is not advertised`
         return null
       } finally {

@@ -8,7 +8,7 @@
 import t from 'tap'
 import { randomBytes } from 'node:crypto'
 import { createSocket } from 'node:dgram'
-import { clientHello, scatteredHello } from '../fixtures/quic-initial.ts'
+import { clientHello, connectionClose, openInitial, scatteredHello } from '../fixtures/quic-initial.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import { closed, dial, engineTls, established, listen, readToEnd } from '../fixtures/quic-engine.ts'
 import { rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
@@ -48,13 +48,14 @@ t.test('a ClientHello spread over several Initial packets, its CRYPTO frames out
   const tls = await engineTls(t)
   const server = listen(t, '127.0.80.3', tls.serverCredentials, {
     decide: (proposal) => {
-      proposal.reject('seen')
+      proposal.reject()
       return null
     },
   })
   // ~2,600 bytes, like Chromium's ClientHello with a post-quantum key share.
   const hello = clientHello({ sni: 'Pod.Stargate.Test', alpn: ['h3', 'stargate'], padding: 2400 })
-  const datagrams = scatteredHello(hello, { dcid: randomBytes(16), scid: randomBytes(8), piece: 333 })
+  const dcid = randomBytes(16)
+  const datagrams = scatteredHello(hello, { dcid, scid: randomBytes(8), piece: 333 })
   t.ok(datagrams.length >= 3, `the hello takes ${datagrams.length} Initial packets`)
   const socket = createSocket('udp4')
   await new Promise<void>((resolve) => { socket.bind(0, '127.0.80.3', resolve) })
@@ -67,19 +68,24 @@ t.test('a ClientHello spread over several Initial packets, its CRYPTO frames out
   t.same(server.proposals[0]?.alpn, ['h3', 'stargate'], 'the ALPN offer')
   const reply = await answered
   t.equal((reply[0] as number) & 0xf0, 0xc0, 'the rejection is a long-header Initial packet')
+  // RFC 9000 §10.2.3: in an Initial, a transport close (0x1c) with APPLICATION_ERROR, no reason.
+  t.same(connectionClose(openInitial(reply, dcid).payload), { type: 0x1c, code: APPLICATION_ERROR, reason: Buffer.alloc(0) }, 'a transport CONNECTION_CLOSE, APPLICATION_ERROR, empty reason phrase')
 })
 
-t.test('a proposal rejected by the server closes the client with the reason, before any handshake', async (t) => {
+// RFC 9000 §10.2.3: anyone on the path reads an Initial, so an application's refusal sent in
+// one is a transport close with APPLICATION_ERROR and the reason phrase cleared.
+t.test('a proposal rejected by the server closes the client from an Initial: APPLICATION_ERROR, no reason phrase, no handshake', async (t) => {
   const tls = await engineTls(t)
   const server = listen(t, '127.0.80.4', tls.serverCredentials, {
     decide: (proposal) => {
-      proposal.reject('unknown target SNI')
+      proposal.reject()
       return null
     },
   })
   const client = dial(t, '127.0.80.4', server.endpoint.port, { credentials: tls.clientCredentials, serverName: 'nobody.example' })
   const info = await closed(client)
-  t.match(info, { kind: 'peer', app: false, code: APPLICATION_ERROR, reasonText: 'unknown target SNI', established: false })
+  t.match(info, { kind: 'peer', app: false, code: APPLICATION_ERROR, established: false })
+  t.equal(info.reasonText, '', 'the close carries no reason phrase')
   t.equal(server.connections.length, 0)
   const stats = server.endpoint.stats()
   t.equal(stats?.rejected, 1, 'counted as rejected')
@@ -90,14 +96,14 @@ t.test('a client without SNI is proposed with sni null', async (t) => {
   const tls = await engineTls(t)
   const server = listen(t, '127.0.80.5', tls.serverCredentials, {
     decide: (proposal) => {
-      proposal.reject('missing target SNI')
+      proposal.reject()
       return null
     },
   })
   const insecure = ClientCredentials.create({ caPem: null, verify: false })
   t.teardown(() => { insecure.release() })
   const client = dial(t, '127.0.80.5', server.endpoint.port, { credentials: insecure, serverName: null })
-  t.match(await closed(client), { kind: 'peer', reasonText: 'missing target SNI' })
+  t.match(await closed(client), { kind: 'peer', app: false, code: APPLICATION_ERROR, reasonText: '' })
   t.equal(server.proposals[0]?.sni, null)
 })
 

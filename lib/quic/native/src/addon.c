@@ -38,14 +38,17 @@
  *             retry, pendingTimeoutMs, resetSecret: Buffer(32) | null, transport}
  * endpointConfigure(endpoint, options)      same options, changed for later Initials
  * endpointStats(endpoint) -> {connections, pending, halfOpen, I/O, dropped: {reason: n},
- *                              stateless: {type: n}, proposed, rejected, accepted, gso}
+ *                              stateless: {type: n}, proposed, rejected, accepted, gso,
+ *                              pendingBytes}
+ *   pendingBytes: what the pending Initials hold (their datagrams, their ClientHello reassembly)
  *   I/O: rxDatagrams, rxBytes, txDatagrams, txBytes, txDropped (sends lost). dropped (received
  *   datagrams that reached no connection) and stateless (packets answered without connection
  *   state) are keyed by quic.h's Q_DROP_REASONS and Q_STATELESS_PACKETS strings
  * endpointClose(endpoint)                   closes the socket; connections on it are destroyed
  * accept(pending, cred, alpn: Buffer | null, transport | null) -> conn
  *   alpn: the protocols (wire format) the server accepts, chosen by TypeScript (empty: none)
- * reject(pending, code, reason)             CONNECTION_CLOSE in an Initial, no state kept
+ * reject(pending, code)                     transport CONNECTION_CLOSE(code) in an Initial, no reason
+ *                                           phrase (RFC 9000 §10.2.3), no state kept
  * connect(address, port, cred, sni | null, alpn: Buffer | null, transport, options) -> conn
  *   options: {recvBuffer, sendBuffer}; the connection gets its own connected UDP socket
  * close(conn, app, code, reason)            CONNECTION_CLOSE, then the closing period
@@ -493,6 +496,7 @@ static napi_value js_endpoint_stats(napi_env env, napi_callback_info info) {
   SET("connections", ep->nconns);
   SET("pending", ep->npending);
   SET("halfOpen", ep->half_open);
+  SET("pendingBytes", ep->pending_bytes);
   set_io(env, o, &ep->io);
   napi_set_named_property(env, o, "dropped", counts_by_name(env, DROP_REASON_NAMES, ep->c_dropped, Q_NDROP_REASONS));
   napi_set_named_property(env, o, "stateless", counts_by_name(env, STATELESS_PACKET_NAMES, ep->c_stateless, Q_NSTATELESS_PACKETS));
@@ -537,15 +541,11 @@ static napi_value js_accept(napi_env env, napi_callback_info info) {
 
 static napi_value js_reject(napi_env env, napi_callback_info info) {
   qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
+  napi_value argv[2];
+  get_args(env, info, 2, argv);
   qpending *p = qmap_get_u64(&eng->pendings, (uint32_t)get_num(env, argv[0], 0));
   if (p == NULL) return undefined(env);
-  uint64_t code = (uint64_t)get_num(env, argv[1], 0);
-  size_t len = 0;
-  char *reason = get_reason(env, argv[2], &len);
-  pending_reject(p, code, reason, reason == NULL ? 0 : len);
-  free(reason);
+  pending_reject(p, (uint64_t)get_num(env, argv[1], 0));
   return undefined(env);
 }
 

@@ -10,9 +10,11 @@
  *      └─ Initial (ngtcp2_accept) ─▶ connection cap ─▶ Retry token valid? ─▶ Retry needed?
  *           (always with --quic-retry; while half-open handshakes exceed the threshold; or when this
  *            source address has too many) ─yes─▶ stateless Retry, no state kept
- *         ─▶ pending: its Initial(s) decrypted and the ClientHello reassembled (initial.c)
+ *         ─▶ pending: its Initial(s) decrypted and the ClientHello reassembled (initial.c), its
+ *            datagrams held in any order until the hello is complete (at most Q_PENDING_MAX_DGRAMS
+ *            and Q_PENDING_MAX_BYTES, never past the handshake timeout, never answered before)
  *         ─▶ EV_PROPOSED {sni, alpn, address}: TypeScript accepts (TLS material, ALPN) or rejects
- *            (CONNECTION_CLOSE in an Initial, no handshake work done)
+ *            (CONNECTION_CLOSE in an Initial, no reason phrase, no handshake work done)
  *
  * Everything refused is counted by reason. Half-open handshakes (pending, or accepted and not yet
  * established) are counted per source address; a client that proved its address with a Retry
@@ -508,8 +510,8 @@ void pending_free(qengine *eng, qpending *p) {
   if (qmap_get(&ep->pending_by_dcid, p->dcid.data, p->dcid.datalen) == p) qmap_del(&ep->pending_by_dcid, p->dcid.data, p->dcid.datalen);
   qmap_del_u64(&eng->pendings, p->id);
   for (int i = 0; i < p->ndgrams; i++) free(p->dgrams[i]);
-  free(p->hello);
-  free(p->have);
+  ep->pending_bytes -= p->dgram_bytes;
+  initial_release(p);
   if (ep->npending > 0) ep->npending--;
   eng->live_pending--;
   free(p);
@@ -561,30 +563,45 @@ static void propose(qpending *p) {
   engine_emit(ep->eng, EV_PROPOSED, p->id, -1, ep->id, 0, pr, sizeof *pr + snilen + alpnlen);
 }
 
+static int pending_keep(qpending *p, const uint8_t *data, size_t len) {
+  uint8_t *copy = malloc(len);
+  if (copy == NULL) return -1;
+  memcpy(copy, data, len);
+  p->dgrams[p->ndgrams] = copy;
+  p->dgramlen[p->ndgrams++] = len;
+  p->dgram_bytes += len;
+  p->ep->pending_bytes += len;
+  return 0;
+}
+
+/* One more datagram of a client's first flight. Kept (bounded in count and bytes) when it brings
+   ClientHello bytes not seen yet; a repeat brings nothing ngtcp2 will need and is not kept. */
 static void pending_absorb(qpending *p, const uint8_t *data, size_t len) {
   qendpoint *ep = p->ep;
-  if (p->ndgrams == Q_PENDING_MAX_DGRAMS) {
+  if (p->ndgrams == Q_PENDING_MAX_DGRAMS || p->dgram_bytes + len > Q_PENDING_MAX_BYTES) {
     ep->c_dropped[Q_DROP_PENDING_LIMIT]++;
+    if (p->ndgrams == 0) pending_drop(ep->eng, p);
     return;
   }
-  uint8_t *copy = malloc(len);
-  if (copy == NULL) return;
-  memcpy(copy, data, len);
   if (p->proposed) {
     /* Waiting for TypeScript: keep it for the connection, if one is made. */
-    p->dgrams[p->ndgrams] = copy;
-    p->dgramlen[p->ndgrams++] = len;
+    pending_keep(p, data, len);
     return;
   }
-  int rv = initial_absorb(p, data, len);
-  if (rv < 0) {
-    free(copy);
+  qabsorbed got;
+  int rv = initial_absorb(p, data, len, &got);
+  if (rv < 0 || (got.fresh == 0 && p->ndgrams == 0)) {
+    /* Not an Initial we can read, or a first one that carries no ClientHello byte. */
     ep->c_dropped[Q_DROP_MALFORMED]++;
     if (p->ndgrams == 0) pending_drop(ep->eng, p);
     return;
   }
-  p->dgrams[p->ndgrams] = copy;
-  p->dgramlen[p->ndgrams++] = len;
+  if (got.fresh == 0) return;
+  if (pending_keep(p, data, len) != 0) {
+    if (p->ndgrams == 0) pending_drop(ep->eng, p);
+    return;
+  }
+  if (got.start) p->first_dgram = p->ndgrams - 1;
   if (rv == 1) propose(p);
 }
 
@@ -612,10 +629,12 @@ static void on_tick(uv_timer_t *t) {
     return;
   }
   uint64_t begun = engine_busy_begin(eng);
+  /* A flight still incomplete, or undecided, is not held past the handshake timeout either. */
+  uint64_t timeout = ep->pending_timeout_ns < ep->transport.handshake_timeout_ns ? ep->pending_timeout_ns : ep->transport.handshake_timeout_ns;
   qpending *expired = NULL;
   QMAP_EACH(&ep->pending_by_dcid, i) {
     qpending *p = ep->pending_by_dcid.slots[i].val;
-    if (now - p->created >= ep->pending_timeout_ns) {
+    if (now - p->created >= timeout) {
       p->next_expired = expired;
       expired = p;
     }
@@ -645,11 +664,13 @@ static void send_retry(qendpoint *ep, const ngtcp2_pkt_hd *hd, const struct sock
   ep->c_stateless[Q_SENT_RETRY]++;
 }
 
+/* A transport CONNECTION_CLOSE (0x1c) in an Initial, with no reason phrase: an Initial is
+   readable by anyone on the path, so RFC 9000 §10.2.3 has an application's refusal sent this way
+   as APPLICATION_ERROR with the reason cleared (the router logs and counts its own reason). */
 static void send_close_initial(qendpoint *ep, uint32_t version, const ngtcp2_cid *client_scid, const ngtcp2_cid *client_dcid,
-                               uint64_t code, const char *reason, size_t reasonlen, const struct sockaddr *to, socklen_t tolen) {
+                               uint64_t code, const struct sockaddr *to, socklen_t tolen) {
   uint8_t buf[Q_TX_PKT_SIZE];
-  ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(buf, sizeof buf, version, client_scid, client_dcid, code,
-                                                        (const uint8_t *)reason, reasonlen);
+  ngtcp2_ssize n = ngtcp2_crypto_write_connection_close(buf, sizeof buf, version, client_scid, client_dcid, code, NULL, 0);
   if (n > 0) ep_send_raw(ep, buf, (size_t)n, to, tolen);
 }
 
@@ -688,7 +709,7 @@ static void on_initial(qendpoint *ep, const uint8_t *data, size_t len, const str
                                          hd.version, from, fromlen, &hd.dcid, 10 * NGTCP2_SECONDS, q_now()) != 0) {
       ep->c_dropped[Q_DROP_INVALID_TOKEN]++;
       /* RFC 9000 §8.1.3: a bad Retry token ends the attempt with INVALID_TOKEN. */
-      send_close_initial(ep, hd.version, &hd.scid, &hd.dcid, NGTCP2_INVALID_TOKEN, NULL, 0, from, fromlen);
+      send_close_initial(ep, hd.version, &hd.scid, &hd.dcid, NGTCP2_INVALID_TOKEN, from, fromlen);
       return;
     }
     validated = 1;
@@ -707,6 +728,7 @@ static void on_initial(qendpoint *ep, const uint8_t *data, size_t len, const str
   p = calloc(1, sizeof *p);
   if (p == NULL) return;
   p->ep = ep;
+  p->first_dgram = -1;
   p->version = hd.version;
   p->dcid = hd.dcid;
   p->scid = hd.scid;
@@ -907,8 +929,12 @@ static void on_poll(uv_poll_t *h, int status, int events) {
 
 qconn *pending_accept(qpending *p, qcred *cr, const uint8_t *alpn, size_t alpnlen, const qtransport *t, const char **err) {
   qendpoint *ep = p->ep;
+  /* ngtcp2 takes a new connection only from a packet with CRYPTO offset 0 (a first packet
+     without it is answered as if it needed a Retry): that datagram goes first, the others after
+     it in arrival order, and ngtcp2 reorders their CRYPTO data itself. */
+  int first = p->first_dgram >= 0 && p->first_dgram < p->ndgrams ? p->first_dgram : 0;
   ngtcp2_pkt_hd hd;
-  if (ngtcp2_accept(&hd, p->dgrams[0], p->dgramlen[0]) != 0) {
+  if (p->ndgrams == 0 || ngtcp2_accept(&hd, p->dgrams[first], p->dgramlen[first]) != 0) {
     *err = "the Initial packet is no longer acceptable";
     pending_drop(ep->eng, p);
     return NULL;
@@ -923,12 +949,15 @@ qconn *pending_accept(qpending *p, qcred *cr, const uint8_t *alpn, size_t alpnle
   memcpy(c->addr_key, p->addr_key, 16);
   ep->nconns++;
   ep->c_accepted++;
-  int n = p->ndgrams;
+  int n = 0;
   uint8_t *dgrams[Q_PENDING_MAX_DGRAMS];
   size_t lens[Q_PENDING_MAX_DGRAMS];
-  for (int i = 0; i < n; i++) {
-    dgrams[i] = p->dgrams[i];
-    lens[i] = p->dgramlen[i];
+  dgrams[n] = p->dgrams[first];
+  lens[n++] = p->dgramlen[first];
+  for (int i = 0; i < p->ndgrams; i++) {
+    if (i == first) continue;
+    dgrams[n] = p->dgrams[i];
+    lens[n++] = p->dgramlen[i];
   }
   struct sockaddr_storage remote;
   socklen_t remotelen = p->remotelen;
@@ -942,9 +971,9 @@ qconn *pending_accept(qpending *p, qcred *cr, const uint8_t *alpn, size_t alpnle
   return c;
 }
 
-void pending_reject(qpending *p, uint64_t code, const char *reason, size_t reasonlen) {
+void pending_reject(qpending *p, uint64_t code) {
   qendpoint *ep = p->ep;
-  send_close_initial(ep, p->version, &p->scid, &p->dcid, code, reason, reasonlen, (struct sockaddr *)&p->remote, p->remotelen);
+  send_close_initial(ep, p->version, &p->scid, &p->dcid, code, (struct sockaddr *)&p->remote, p->remotelen);
   ep->c_rejected++;
   pending_drop(ep->eng, p);
 }

@@ -13,8 +13,11 @@
  *
  * A ClientHello may span several Initial packets (Chromium's does: post-quantum key shares make
  * it ~2,500 bytes) and its CRYPTO frames may come in any order, split at any offset (Chromium
- * scrambles them on purpose), so the bytes are placed by offset into a bounded buffer with a
- * bitmap of what arrived; the hello is complete when every byte of its declared length is in.
+ * scrambles them on purpose), so the bytes are placed by offset into a buffer (grown to the
+ * highest offset seen, at most Q_HELLO_MAX) with a bitmap of what arrived; the hello is complete
+ * when every byte of its declared length is in. Each datagram reports what it brought (new
+ * bytes, offset 0): endpoint.c keeps only datagrams that brought something and hands ngtcp2 the
+ * one with offset 0 first, whatever order they came in.
  */
 #include "quic.h"
 
@@ -77,19 +80,55 @@ static int hp_mask(const uint8_t hp[16], const uint8_t *sample, uint8_t mask[16]
   return rv == 0 ? 0 : -1;
 }
 
-static void mark(qpending *p, uint64_t off, size_t len) {
-  for (uint64_t i = off; i < off + len; i++) p->have[i >> 3] |= (uint8_t)(1u << (i & 7));
+/* Marks [off, off + len) as arrived; returns how many of those bytes had not. */
+static size_t mark(qpending *p, uint64_t off, size_t len) {
+  size_t fresh = 0;
+  for (uint64_t i = off; i < off + len; i++) {
+    uint8_t bit = (uint8_t)(1u << (i & 7));
+    if ((p->have[i >> 3] & bit) == 0) {
+      p->have[i >> 3] |= bit;
+      fresh++;
+    }
+  }
+  return fresh;
 }
 
 static int complete(const qpending *p, size_t len) {
+  if (len > p->hello_cap) return 0;
   for (size_t i = 0; i < len; i++) {
     if ((p->have[i >> 3] & (1u << (i & 7))) == 0) return 0;
   }
   return 1;
 }
 
+/* Room for CRYPTO bytes up to end (≤ Q_HELLO_MAX): the buffer grows in Q_HELLO_CHUNK steps, so a
+   flight held while its gap fills costs about what it carries, not the largest hello. */
+static int reserve(qpending *p, size_t end) {
+  if (end <= p->hello_cap) return 0;
+  size_t cap = (end + Q_HELLO_CHUNK - 1) / Q_HELLO_CHUNK * Q_HELLO_CHUNK;
+  uint8_t *hello = realloc(p->hello, cap);
+  if (hello == NULL) return -1;
+  p->hello = hello;
+  uint8_t *have = realloc(p->have, cap / 8);
+  if (have == NULL) return -1;
+  memset(have + p->hello_cap / 8, 0, (cap - p->hello_cap) / 8);
+  p->have = have;
+  p->ep->pending_bytes += (cap - p->hello_cap) + (cap - p->hello_cap) / 8;
+  p->hello_cap = cap;
+  return 0;
+}
+
+void initial_release(qpending *p) {
+  p->ep->pending_bytes -= p->hello_cap + p->hello_cap / 8;
+  free(p->hello);
+  free(p->have);
+  p->hello = NULL;
+  p->have = NULL;
+  p->hello_cap = 0;
+}
+
 /* Frames of one decrypted Initial payload: CRYPTO bytes go into the hello buffer. */
-static int absorb_frames(qpending *p, const uint8_t *f, size_t len) {
+static int absorb_frames(qpending *p, const uint8_t *f, size_t len, qabsorbed *got) {
   size_t at = 0;
   while (at < len) {
     uint64_t type;
@@ -119,13 +158,11 @@ static int absorb_frames(qpending *p, const uint8_t *f, size_t len) {
         if (read_varint(f, len, &at, &off) || read_varint(f, len, &at, &n)) return -1;
         if (n > len - at) return -1;
         if (off + n > Q_HELLO_MAX) return -1; /* larger than any ClientHello we accept */
-        if (p->hello == NULL) {
-          p->hello = malloc(Q_HELLO_MAX);
-          p->have = calloc(Q_HELLO_MAX / 8, 1);
-          if (p->hello == NULL || p->have == NULL) return -1;
-        }
+        if (n == 0) break;
+        if (reserve(p, (size_t)(off + n)) != 0) return -1;
         memcpy(p->hello + off, f + at, (size_t)n);
-        mark(p, off, (size_t)n);
+        got->fresh += mark(p, off, (size_t)n);
+        if (off == 0) got->start = 1;
         at += (size_t)n;
         break;
       }
@@ -140,7 +177,7 @@ static int absorb_frames(qpending *p, const uint8_t *f, size_t len) {
 
 /* Opens one Initial packet at b[0..len); returns its length, 0 when b does not start with an
    Initial we can read (a later coalesced packet of another type), -1 when it is malformed. */
-static ssize_t open_packet(qpending *p, const uint8_t *b, size_t len) {
+static ssize_t open_packet(qpending *p, const uint8_t *b, size_t len, qabsorbed *got) {
   if (len < 7 || (b[0] & 0xc0) != 0xc0) return 0;
   uint32_t version = ((uint32_t)b[1] << 24) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 8) | b[4];
   if (version != NGTCP2_PROTO_VER_V1 || ((b[0] >> 4) & 0x03) != 0) return 0;
@@ -189,16 +226,18 @@ static ssize_t open_packet(qpending *p, const uint8_t *b, size_t len) {
     ok = gnutls_aead_cipher_decrypt(aead, nonce, 12, header, hlen, 16, b + hlen, clen, plain, &plainlen) == 0;
     gnutls_aead_cipher_deinit(aead);
   }
-  int rv = ok ? absorb_frames(p, plain, plainlen) : -1;
+  int rv = ok ? absorb_frames(p, plain, plainlen, got) : -1;
   free(plain);
   return rv == 0 ? (ssize_t)end : -1;
 }
 
-int initial_absorb(qpending *p, const uint8_t *dgram, size_t len) {
+int initial_absorb(qpending *p, const uint8_t *dgram, size_t len, qabsorbed *got) {
   size_t at = 0;
   int opened = 0;
+  got->fresh = 0;
+  got->start = 0;
   while (at < len) {
-    ssize_t n = open_packet(p, dgram + at, len - at);
+    ssize_t n = open_packet(p, dgram + at, len - at, got);
     if (n < 0) return -1;
     if (n == 0) break;
     opened = 1;

@@ -41,8 +41,14 @@
 #define Q_TX_MAX_PKTS 64
 #define Q_TX_PKT_SIZE 1500
 #define Q_MAX_CIDS 8
+/* A first flight held until its ClientHello is complete and routed: at most this many datagrams
+   and bytes of them, for at most the endpoint's pending timeout and never past its handshake
+   timeout. Six 1,200-byte datagrams carry a hello of ~6.8 KB (a post-quantum one takes two);
+   the byte bound lets larger datagrams carry up to Q_HELLO_MAX. */
 #define Q_PENDING_MAX_DGRAMS 6
+#define Q_PENDING_MAX_BYTES 20480
 #define Q_HELLO_MAX 16384
+#define Q_HELLO_CHUNK 1024 /* the reassembly buffer grows in these steps, to the highest offset seen */
 #define Q_DGRAM_QUEUE_MAX 128
 #define Q_DGRAM_MAP_MAX 64
 
@@ -327,6 +333,7 @@ struct qendpoint {
   uint32_t nconns;
   uint32_t npending;
   uint32_t half_open;
+  uint64_t pending_bytes;        /* datagram and reassembly bytes the pending Initials hold */
   /* stateless reset rate limit */
   double reset_tokens;
   uint64_t reset_ts;
@@ -361,11 +368,14 @@ struct qpending {
   uint8_t *dgrams[Q_PENDING_MAX_DGRAMS];
   size_t dgramlen[Q_PENDING_MAX_DGRAMS];
   int ndgrams;
+  size_t dgram_bytes;       /* sum of dgramlen */
+  int first_dgram;          /* index of the datagram carrying CRYPTO offset 0 (ngtcp2 must read it first), -1 */
   /* Initial keys derived from dcid */
   uint8_t key[16], iv[12], hp[16];
   /* CRYPTO reassembly */
-  uint8_t *hello;           /* Q_HELLO_MAX bytes */
-  uint8_t *have;            /* Q_HELLO_MAX / 8 bitmap */
+  uint8_t *hello;           /* hello_cap bytes, grown to the highest offset seen (≤ Q_HELLO_MAX) */
+  uint8_t *have;            /* hello_cap / 8 bitmap of the bytes that arrived */
+  size_t hello_cap;
   size_t hello_len;         /* total ClientHello length (header included) once known, else 0 */
   int proposed;
   uint64_t created;
@@ -481,8 +491,14 @@ int tls_session_client(qconn *c, qcred *cr, const char *sni, const uint8_t *alpn
 
 /* initial.c */
 int initial_keys(qpending *p);
+/* What one datagram brought to its ClientHello. */
+typedef struct qabsorbed {
+  size_t fresh;             /* CRYPTO bytes not seen before (0: a repeat, nothing to keep) */
+  int start;                /* it carries CRYPTO offset 0 */
+} qabsorbed;
 /* Returns 1 when the ClientHello is complete, 0 when more is needed, -1 when the datagram is not usable. */
-int initial_absorb(qpending *p, const uint8_t *dgram, size_t len);
+int initial_absorb(qpending *p, const uint8_t *dgram, size_t len, qabsorbed *got);
+void initial_release(qpending *p);
 /* SNI (NUL-terminated, lower-cased, malloc'd or NULL) and ALPN (wire format, malloc'd) of a complete hello. */
 int initial_client_hello(qpending *p, char **sni, uint8_t **alpn, size_t *alpnlen);
 
@@ -500,7 +516,7 @@ void ep_send_raw(qendpoint *ep, const uint8_t *data, size_t len, const struct so
 void ep_reset_token(qendpoint *ep, const ngtcp2_cid *cid, uint8_t *token);
 void pending_free(qengine *eng, qpending *p);
 qconn *pending_accept(qpending *p, qcred *cr, const uint8_t *alpn, size_t alpnlen, const qtransport *t, const char **err);
-void pending_reject(qpending *p, uint64_t code, const char *reason, size_t reasonlen);
+void pending_reject(qpending *p, uint64_t code);
 void addr_key_of(const struct sockaddr *sa, uint8_t key[16]);
 
 /* conn.c */

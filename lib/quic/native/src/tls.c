@@ -111,16 +111,25 @@ void cred_unref(qengine *eng, qcred *cr) {
   eng->live_creds--;
 }
 
-/* ALPN in wire format (length-prefixed names) to GnuTLS datums. Returns the count, or -1. */
-static int alpn_datums(const uint8_t *alpn, size_t alpnlen, gnutls_datum_t *out, int max) {
+/* GnuTLS 3.7 takes at most 8 protocols (MAX_ALPN_PROTOCOLS) of at most 31 bytes
+   (MAX_ALPN_PROTOCOL_NAME - 1) and refuses the whole list beyond either. */
+#define ALPN_MAX_PROTOCOLS 8
+#define ALPN_MAX_NAME 31
+
+/* ALPN in wire format (length-prefixed names) to GnuTLS datums: the first ALPN_MAX_PROTOCOLS
+   names GnuTLS can hold, in order. A client offering more, or longer names, is served from the
+   rest of its offer (a server picks from the client's list, so the first names win anyway).
+   Returns the count, or -1 when the list is malformed. */
+static int alpn_datums(const uint8_t *alpn, size_t alpnlen, gnutls_datum_t *out) {
   int n = 0;
   for (size_t at = 0; at < alpnlen;) {
     size_t len = alpn[at];
     if (len == 0 || at + 1 + len > alpnlen) return -1;
-    if (n == max) break; /* GnuTLS takes at most 16 (MAX_ALPN_PROTOCOLS): the first ones win */
-    out[n].data = (unsigned char *)alpn + at + 1;
-    out[n].size = (unsigned int)len;
-    n++;
+    if (n < ALPN_MAX_PROTOCOLS && len <= ALPN_MAX_NAME) {
+      out[n].data = (unsigned char *)alpn + at + 1;
+      out[n].size = (unsigned int)len;
+      n++;
+    }
     at += 1 + len;
   }
   return n;
@@ -131,10 +140,10 @@ static int session_common(qconn *c, qcred *cr, const uint8_t *alpn, size_t alpnl
   gnutls_session_set_ptr(c->session, &c->conn_ref);
   if (gnutls_credentials_set(c->session, GNUTLS_CRD_CERTIFICATE, cr->cred) != 0) return -1;
   if (alpnlen > 0) {
-    gnutls_datum_t protos[16];
-    int n = alpn_datums(alpn, alpnlen, protos, 16);
+    gnutls_datum_t protos[ALPN_MAX_PROTOCOLS];
+    int n = alpn_datums(alpn, alpnlen, protos);
     if (n < 0) return -1;
-    if (gnutls_alpn_set_protocols(c->session, protos, (unsigned)n, 0) != 0) return -1;
+    if (n > 0 && gnutls_alpn_set_protocols(c->session, protos, (unsigned)n, 0) != 0) return -1;
   }
   return 0;
 }

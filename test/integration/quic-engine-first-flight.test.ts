@@ -1,0 +1,121 @@
+/**
+ * Issue 30, SPEC §12: a first flight held until its ClientHello is complete is bounded. The
+ * endpoint keeps the datagrams of a hello that spans several (until the SNI can be read and
+ * routed, then ngtcp2 gets them, the one with CRYPTO offset 0 first), but at most six datagrams
+ * and 20 KiB of them, only those that bring new hello bytes, and never past the handshake
+ * timeout; an incomplete flight is never answered. Seen through the endpoint's counters
+ * (pending, halfOpen, pendingBytes, dropped). Real clients with split hellos in every order are
+ * in test/faults/quic-first-flight.test.ts.
+ */
+import t from 'tap'
+import { randomBytes } from 'node:crypto'
+import type { Socket } from 'node:dgram'
+import { clientHello, cryptoFrame, initialPacket, splitHello } from '../fixtures/quic-initial.ts'
+import { engineTls, listen } from '../fixtures/quic-engine.ts'
+import { rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
+import { waitFor } from '../fixtures/wait.ts'
+import type { QuicEndpoint } from '../../lib/quic/endpoint.ts'
+import type { NativeEndpointStats } from '../../lib/quic/native.ts'
+
+function stats (endpoint: QuicEndpoint): NativeEndpointStats {
+  const s = endpoint.stats()
+  if (s === null) throw new Error('no endpoint stats')
+  return s
+}
+
+/** Datagrams that reach the socket (the router must send none to an incomplete flight). */
+function answers (socket: Socket): Buffer[] {
+  const got: Buffer[] = []
+  socket.on('message', (msg) => { got.push(msg) })
+  return got
+}
+
+t.test('an incomplete flight is held without an answer, counts as half-open, and is freed at the handshake timeout', async (t) => {
+  const tls = await engineTls(t)
+  // The pending timeout (5 s) is longer than the handshake timeout (700 ms): the shorter wins.
+  const server = listen(t, '127.0.142.1', tls.serverCredentials, { pendingTimeoutMs: 5000, transport: { handshakeTimeoutMs: 700 } })
+  const socket = await rawSocket(t, '127.0.142.1')
+  const got = answers(socket)
+  // ~3,000 bytes in three datagrams, like a post-quantum ClientHello; the middle part never comes.
+  const hello = clientHello({ sni: 'pod.stargate.test', padding: 2800 })
+  const [first, , last] = splitHello(hello, { dcid: randomBytes(16), scid: randomBytes(8), parts: 3 })
+  if (first === undefined || last === undefined) throw new Error('no parts')
+  const sentAt = Date.now()
+  await sendRaw(socket, server.endpoint.port, last, '127.0.142.1')
+  await sendRaw(socket, server.endpoint.port, first, '127.0.142.1')
+  await waitFor(() => stats(server.endpoint).pendingBytes >= first.length + last.length, { message: 'both parts held' })
+  const held = stats(server.endpoint)
+  t.match(held, { pending: 1, halfOpen: 1, proposed: 0 }, 'one half-open handshake, not proposed (no SNI decision without the whole hello)')
+  t.ok(held.pendingBytes < first.length + last.length + hello.length + hello.length / 8 + 1024,
+    `it holds its two datagrams and a reassembly buffer of about the hello's size: ${held.pendingBytes} bytes`)
+  // A repeat of a part brings nothing new and is not kept.
+  await sendRaw(socket, server.endpoint.port, first, '127.0.142.1')
+  await waitFor(() => stats(server.endpoint).rxDatagrams === 3, { message: 'the repeat read' })
+  t.equal(stats(server.endpoint).pendingBytes, held.pendingBytes, 'a repeated part is not kept')
+  await waitFor(() => stats(server.endpoint).pending === 0, { timeoutMs: 5000, message: 'the incomplete flight to expire' })
+  const freedAfter = Date.now() - sentAt
+  t.ok(freedAfter < 5000, `freed after ${freedAfter} ms: the handshake timeout (700 ms), not the 5 s pending timeout, bounds it`)
+  t.match(stats(server.endpoint), { pending: 0, halfOpen: 0, pendingBytes: 0, proposed: 0 }, 'nothing left of it')
+  await new Promise((resolve) => { setTimeout(resolve, 200) })
+  t.equal(got.length, 0, 'and it was never answered')
+})
+
+t.test('a flight is held to six datagrams and 20 KiB; beyond, datagrams are dropped and counted', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.142.2', tls.serverCredentials)
+  const socket = await rawSocket(t, '127.0.142.2')
+  const got = answers(socket)
+  // A hello that declares 12,000 bytes: seven 1,000-byte pieces, none at offset 0, can never
+  // complete it.
+  const hello = clientHello({ sni: 'pod.stargate.test', padding: 12_000 })
+  const dcid = randomBytes(16)
+  const scid = randomBytes(8)
+  const piece = (i: number, size?: number): Buffer => initialPacket({ dcid, scid, pn: i, frames: cryptoFrame(1000 * (i + 1), hello.subarray(1000 * (i + 1), 1000 * (i + 2))), ...(size === undefined ? {} : { size }) })
+  for (let i = 0; i < 7; i++) await sendRaw(socket, server.endpoint.port, piece(i), '127.0.142.2')
+  await waitFor(() => stats(server.endpoint).rxDatagrams === 7, { message: 'seven datagrams read' })
+  t.match(stats(server.endpoint), { pending: 1, dropped: { pending_limit: 1 } }, 'six kept, the seventh dropped and counted')
+
+  // Jumbo datagrams: the byte bound comes first.
+  const other = randomBytes(16)
+  const jumbo = (i: number): Buffer => initialPacket({ dcid: other, scid, pn: i, frames: cryptoFrame(1000 * (i + 1), hello.subarray(1000 * (i + 1), 1000 * (i + 2))), size: 8000 })
+  for (let i = 0; i < 3; i++) await sendRaw(socket, server.endpoint.port, jumbo(i), '127.0.142.2')
+  await waitFor(() => stats(server.endpoint).rxDatagrams === 10, { message: 'three jumbo datagrams read' })
+  const s = stats(server.endpoint)
+  t.match(s, { pending: 2, dropped: { pending_limit: 2 } }, 'two 8,000-byte datagrams kept, the third (past 20 KiB) dropped')
+  t.ok(s.pendingBytes <= 2 * (20 * 1024 + 16 * 1024 + 2 * 1024), `the two flights hold ${s.pendingBytes} bytes`)
+  t.equal(got.length, 0, 'nothing was answered')
+})
+
+t.test('a first Initial that carries no ClientHello byte keeps no state', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.142.3', tls.serverCredentials)
+  const socket = await rawSocket(t, '127.0.142.3')
+  // PING and PADDING only.
+  await sendRaw(socket, server.endpoint.port, initialPacket({ dcid: randomBytes(16), scid: randomBytes(8), pn: 0, frames: Buffer.from([0x01]) }), '127.0.142.3')
+  await waitFor(() => stats(server.endpoint).rxDatagrams === 1, { message: 'the datagram read' })
+  t.match(stats(server.endpoint), { pending: 0, halfOpen: 0, pendingBytes: 0, dropped: { malformed: 1 } })
+})
+
+t.test('a flood of second halves at the default limits: held at the Retry threshold, each flight a few KiB', async (t) => {
+  const tls = await engineTls(t)
+  // Defaults: 64 half-open handshakes per address, 500 in all, then Retry.
+  const server = listen(t, '127.0.142.4', tls.serverCredentials)
+  const from = await Promise.all(Array.from({ length: 40 }, async (_, i) => rawSocket(t, `127.0.148.${i + 1}`)))
+  // A ClientHello of ~2,100 bytes (a post-quantum key share) in two 1,200-byte datagrams; only
+  // the second is sent.
+  const hello = clientHello({ sni: 'pod.stargate.test', padding: 2000 })
+  for (const socket of from) {
+    await Promise.all(Array.from({ length: 50 }, async () => {
+      const [, second] = splitHello(hello, { dcid: randomBytes(16), scid: randomBytes(8), parts: 2 })
+      await sendRaw(socket, server.endpoint.port, second as Buffer, '127.0.142.4')
+    }))
+  }
+  await waitFor(() => stats(server.endpoint).rxDatagrams === 2000, { message: 'the flood read' })
+  const s = stats(server.endpoint)
+  t.match(s, { pending: 500, halfOpen: 500, stateless: { retry: 1500 }, proposed: 0 }, '2,000 second halves: 500 flights held, 1,500 Retries')
+  // Its 1,200-byte datagram and a reassembly buffer grown to the hello's end (3 KiB + its bitmap).
+  t.ok(hello.length > 2048 && hello.length <= 3072, `a ${hello.length}-byte hello`)
+  t.equal(s.pendingBytes / s.pending, 1200 + 3072 + 384, `${s.pendingBytes / s.pending} bytes held per flight`)
+  await waitFor(() => stats(server.endpoint).pending === 0, { timeoutMs: 10_000, message: 'the flood to expire' })
+  t.equal(stats(server.endpoint).pendingBytes, 0, 'all of it freed')
+})
