@@ -4,6 +4,7 @@
  * the client opened and those it reset within EARLY_MS of opening; when the window holds at
  * least minResets early resets and they are most of the streams, the session is told
  * GOAWAY ENHANCE_YOUR_CALM and closed. nghttp2's own reset rate limit stays in force below it.
+ * Streams that close because their connection ended are not resets (see recordAbort).
  */
 import { constants, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
 import { destroyIfOpen, goawayIfOpen } from '../safe-io.ts'
