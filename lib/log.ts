@@ -9,6 +9,7 @@
 import { pino, type Logger, type DestinationStream, type LogFn } from 'pino'
 import { redactSecrets } from './log-redact.ts'
 import { LogRateLimiter, type LimitedMessage } from './log-rate-limit.ts'
+import { CONTAINED_MESSAGE } from './uncaught-errors.ts'
 
 export type { Logger }
 
@@ -41,6 +42,8 @@ export const PEER_TRIGGERED_MESSAGES: readonly LimitedMessage[] = [
   { msg: 'stargate target sent an invalid response' },
   { msg: 'upstream request failed' },
   { msg: 'upstream failed mid-response' },
+  // A contained uncaught error (lib/uncaught-errors.ts): a peer may find a way to repeat one.
+  { msg: CONTAINED_MESSAGE, by: 'kind' },
 ]
 
 export interface LogRateLimit {

@@ -9,6 +9,10 @@
  *      signal during the drain
  *   0  --help, a graceful shutdown, or a signal that arrives while the router is starting
  *
+ * An uncaught exception or unhandled rejection exits 1 after its log line, unless it concerned
+ * one connection only (lib/uncaught-errors.ts): that one is logged and counted, and the router
+ * keeps serving.
+ *
  * Every failure is one line on stderr, `stargate-router: ` + what and the fix.
  */
 import { ConfigError, parseConfig, type Config } from '../lib/config/config.ts'
@@ -16,6 +20,7 @@ import { STARTUP_ERRORS, type StartupErrorCode } from '../lib/config/errors.ts'
 import { fillMessage } from '../lib/error-catalogue.ts'
 import { pino } from 'pino'
 import { createLogger, type Logger } from '../lib/log.ts'
+import { installSafetyNet } from '../lib/uncaught-errors.ts'
 
 /** A configuration error, before anything is logged: the one stderr line and the exit code. */
 function fail (code: 1 | 2, message: string): never {
@@ -124,6 +129,15 @@ async function main (): Promise<void> {
     ? createLogger({ level: config.logLevel, format: 'json', destination: pino.destination({ dest: 1, sync: false, minLength: 1 }) })
     : createLogger({ level: config.logLevel, format: config.logFormat })
   const signals = handleSignals(logger, config.shutdownDrainTimeoutMs)
+  // Before anything serves: an uncaught error that concerned one connection is counted and the
+  // process keeps serving, any other ends it once the log is out (lib/uncaught-errors.ts).
+  const { createMetrics } = await import('../lib/metrics/metrics.ts')
+  const metrics = createMetrics()
+  installSafetyNet(process, {
+    logger,
+    onContained: (kind) => { metrics.uncaughtErrors.labels(kind).inc() },
+    exit: (code) => { exitAfterLogs(logger, code) },
+  })
   // After the handlers: from this line on a signal ends the start-up cleanly.
   logger.info({
     listenAddr: config.listenAddr,
@@ -153,7 +167,7 @@ async function main (): Promise<void> {
   }
   let router
   try {
-    router = await startRouter(config, { logger, ...(kubeConfig === undefined ? {} : { kubeConfig }) })
+    router = await startRouter(config, { logger, metrics, ...(kubeConfig === undefined ? {} : { kubeConfig }) })
   } catch (err) {
     const e = err as NodeJS.ErrnoException
     const code = e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL' ? 'cannot_listen' : 'start_failed'

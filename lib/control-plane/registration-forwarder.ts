@@ -27,6 +27,7 @@ import type { Logger } from '../log.ts'
 import { respondWithStatus } from './grpc.ts'
 import { GRPC_ERRORS, grpcError, type GrpcError } from './errors.ts'
 import { GrpcFrameGuard } from './grpc-frame-guard.ts'
+import { respondIfOpen } from '../safe-io.ts'
 import type { UpstreamConnectError, UpstreamPool } from './upstream-pool.ts'
 
 import type { RegistrationOutcome } from './registration-outcomes.ts'
@@ -137,15 +138,12 @@ function onDownWantTrailers (this: Down): void {
 function onUpResponse (this: Up, _headers: IncomingHttpHeaders, flags: number, rawHeaders: string[]): void {
   const splice = this[kSplice]
   if (splice === undefined) return
-  const down = splice.down
-  if (down.closed || down.destroyed || down.headersSent) return
-  const headers = withoutConnectionHeaders(rawHeaders)
   const trailersOnly = (flags & HTTP2_FLAG_END_STREAM) !== 0
-  try {
-    // Trailers-only response (a status without messages): pass it on as one HEADERS frame.
-    down.respond(headers, trailersOnly ? { endStream: true } : { waitForTrailers: true })
-  } catch (err) {
-    splice.forwarder.noteInvalidResponse(splice, err as Error)
+  // Trailers-only response (a status without messages): pass it on as one HEADERS frame.
+  const sent = respondIfOpen(splice.down, withoutConnectionHeaders(rawHeaders), trailersOnly ? { endStream: true } : { waitForTrailers: true })
+  if (!sent.ok) {
+    if (sent.reason === 'stream_gone') return
+    splice.forwarder.noteInvalidResponse(splice, sent.err)
     splice.forwarder.fail(splice, grpcError('upstream_invalid_response'), GRPC_ERRORS.upstream_invalid_response.outcome)
     return
   }

@@ -4,8 +4,10 @@
  * the client opened and those it reset within EARLY_MS of opening; when the window holds at
  * least minResets early resets and they are most of the streams, the session is told
  * GOAWAY ENHANCE_YOUR_CALM and closed. nghttp2's own reset rate limit stays in force below it.
+ * Streams that close because their connection ended are not resets (see recordAbort).
  */
 import { constants, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
+import { destroyIfOpen, goawayIfOpen } from '../safe-io.ts'
 
 export interface RapidResetGuardOptions {
   readonly windowMs: number
@@ -20,10 +22,6 @@ export interface RapidResetGuardOptions {
 export const DEFAULT_RAPID_RESET: RapidResetGuardOptions = { windowMs: 10_000, minResets: 200, ratio: 0.5, earlyMs: 1000 }
 
 const GOAWAY_FLUSH_MS = 50
-
-function destroySession (session: ServerHttp2Session): void {
-  if (!session.destroyed) session.destroy()
-}
 
 const kState = Symbol('rapid-reset')
 const kOpenedAt = Symbol('opened-at')
@@ -86,6 +84,13 @@ export class RapidResetGuard {
     const openedAt = stream[kOpenedAt]
     if (state === undefined || openedAt === undefined || state.tripped) return
     const session = state.session
+    // Streams closed because their connection ended (FIN, RST, a connection error, a GOAWAY,
+    // nghttp2 giving up on the session) carry CANCEL or the session's code, but the client
+    // reset none of them, and there is no connection left to protect. Counted as resets, 200
+    // open streams on a connection that went away tripped the guard and its GOAWAY went to a
+    // destroyed session (issue 30): the 'close' events of those streams run after the
+    // session was marked closed or destroyed.
+    if (session.closed || session.destroyed) return
     if (this.#now() - openedAt > this.#options.earlyMs) return
     state.resets++
     if (state.resets >= this.#options.minResets && state.resets >= state.opened * this.#options.ratio) {
@@ -93,8 +98,8 @@ export class RapidResetGuard {
       this.#options.onTrip?.(session, state.resets, state.opened)
       // GOAWAY first, then cut the connection once the frame had time to leave: destroy()
       // right away would drop the GOAWAY, and destroy(err, code) sends NO_ERROR instead.
-      session.goaway(constants.NGHTTP2_ENHANCE_YOUR_CALM)
-      setTimeout(destroySession, GOAWAY_FLUSH_MS, session).unref()
+      goawayIfOpen(session, constants.NGHTTP2_ENHANCE_YOUR_CALM)
+      setTimeout(destroyIfOpen, GOAWAY_FLUSH_MS, session).unref()
     }
   }
 }

@@ -35,6 +35,7 @@ import type { RapidResetGuardOptions } from './http2-guard.ts'
 import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits } from '../http2-server.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
+import { destroyIfOpen } from '../safe-io.ts'
 
 export type GrpcStreamHandler = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: readonly string[]) => void
 export type HttpRequestHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void
@@ -107,14 +108,6 @@ function onH1ResponseClose (this: Tagged<ServerResponse>): void {
 function onH2StreamClose (this: Tagged<ServerHttp2Stream>): void {
   const tag = this[kTracked]
   if (tag !== undefined) tag.door.h2StreamClosed(tag.connection)
-}
-
-function destroySession (session: ServerHttp2Session): void {
-  if (!session.destroyed) session.destroy()
-}
-
-function destroySocket (socket: Socket): void {
-  if (!socket.destroyed) socket.destroy()
 }
 
 export class FrontDoorListener {
@@ -357,7 +350,7 @@ export class FrontDoorListener {
         // What Node's own headersTimeout answers, then the connection goes.
         if (connection.phase === 'h1_head' && socket.writable) socket.end(HEADERS_TIMEOUT_RESPONSE)
         socket.destroySoon()
-        setTimeout(destroySocket, GOAWAY_GRACE_MS, socket).unref()
+        setTimeout(destroyIfOpen, GOAWAY_GRACE_MS, socket).unref()
         break
       case 'keep_alive_timeout':
         socket.destroy()
@@ -369,7 +362,7 @@ export class FrontDoorListener {
           break
         }
         session.close() // GOAWAY; with no stream open it closes at once
-        setTimeout(destroySession, GOAWAY_GRACE_MS, session).unref()
+        setTimeout(destroyIfOpen, GOAWAY_GRACE_MS, session).unref()
         break
       }
       default: {

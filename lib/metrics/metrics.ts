@@ -12,6 +12,7 @@ import { createPeerMetrics, type PeerMetrics } from '../discovery/peer-metrics.t
 import { createWebTransportMetrics, type WebTransportMetrics } from '../tunnel/webtransport-metrics.ts'
 import { createRawQuicMetrics, type RawQuicMetrics } from '../tunnel/raw-quic-metrics.ts'
 import { createLimitMetrics, type LimitMetrics } from './limits-metrics.ts'
+import { CONTAINED_CODES } from '../uncaught-errors.ts'
 
 export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly registry: Registry
@@ -40,6 +41,8 @@ export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly httpTimeToFirstByte: Histogram
   readonly http2RapidResetCloses: Counter
   readonly tlsHandshakeFailures: Counter<'listener'>
+  /** Uncaught errors the process survived (lib/uncaught-errors.ts), by code. */
+  readonly uncaughtErrors: Counter<'kind'>
   /** Where discovery_snapshot_age_seconds reads its value at scrape time. */
   setSnapshotAgeSource (source: () => number): void
 }
@@ -80,6 +83,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     httpTimeToFirstByte: define.histogram('http_time_to_first_byte_seconds', 'Time from receiving an LLM client request to the pod\'s response headers', [0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]),
     http2RapidResetCloses: define.counter('http2_rapid_reset_closes_total', 'HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM because most of their streams were reset right after opening'),
     tlsHandshakeFailures: define.counter('tls_handshake_failures_total', 'Failed inbound TLS handshakes (bad or missing client certificate, protocol errors), by listener', { listener: ['front_door', 'webtransport'] }),
+    uncaughtErrors: define.counter('uncaught_errors_total', 'Exceptions and promise rejections nobody caught that concerned one connection already closed or ended by its peer, by error code; the process kept serving (any other uncaught error ends it with exit 1)', { kind: CONTAINED_CODES }),
     setSnapshotAgeSource (source) { ageSource = source },
   }
 }

@@ -31,6 +31,7 @@
 import { constants, type ClientHttp2Session, type ClientHttp2Stream, type Http2Stream, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
 import { CapsuleCursor, encodeCloseCapsule } from './webtransport-capsule.ts'
 import { WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
+import { pingIfOpen } from '../safe-io.ts'
 import type { BridgeDirection, WebTransportMetrics } from './webtransport-metrics.ts'
 
 /** After a close began, how long the legs get to finish before they are reset. */
@@ -273,8 +274,9 @@ export class WebTransportBridge {
   /** Keep-alive: PINGs both legs' connections; an answer counts as a sign of life. */
   ping (): void {
     this.lastPing = this.clock.now
-    if (this.#onDownstreamPing !== null) ping(this.downstreamSession, this.#onDownstreamPing)
-    if (this.#onUpstreamPing !== null) ping(this.upstreamSession, this.#onUpstreamPing)
+    // Not sent on a session that is closing or gone; a peer that stops answering is the idle timeout's.
+    if (this.#onDownstreamPing !== null && this.downstreamSession !== undefined) pingIfOpen(this.downstreamSession, this.#onDownstreamPing)
+    if (this.#onUpstreamPing !== null) pingIfOpen(this.upstreamSession, this.#onUpstreamPing)
   }
 
   /** Adds the bytes forwarded since the last call to the metric. */
@@ -307,11 +309,3 @@ export class WebTransportBridge {
   }
 }
 
-function ping (session: ServerHttp2Session | ClientHttp2Session | undefined, callback: (err: Error | null) => void): void {
-  if (session === undefined || session.closed || session.destroyed) return
-  try {
-    session.ping(callback)
-  } catch {
-    // Too many PINGs outstanding: the peer is not answering, which the idle timeout acts on.
-  }
-}

@@ -42,6 +42,8 @@ export const REJECTIONS = {
     meaning: 'the connection to the pod failed or closed before it answered (the info log has the cause)', action: 'check the pod, its port and --upstream-tls' },
   upstream_no_webtransport: { status: 502, outcome: 'upstream_connect_error', message: 'stargate target does not accept extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL)',
     meaning: 'the pod does not offer extended CONNECT, so it cannot take a WebTransport session', action: 'run the stargate with WebTransport enabled, or use --tunnel-protocol raw-quic' },
+  upstream_invalid_response: { status: 502, outcome: 'upstream_connect_error', message: 'the stargate sent a response the router cannot forward',
+    meaning: 'the pod answered the session request with a status or fields HTTP/2 cannot carry (e.g. :status 600; the router\'s warn log names the error)', action: 'fix the stargate; the router\'s warn log names the pod and the error' },
   upstream_no_answer: { status: 504, outcome: 'upstream_connect_error', message: 'stargate target did not answer the session request in time',
     meaning: 'the pod accepted the connection but did not answer (or reset) the session request in time', action: 'check the stargate\'s logs' },
   shutting_down: { status: 503, outcome: null, message: 'router is shutting down',

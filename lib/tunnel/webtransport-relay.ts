@@ -40,6 +40,7 @@ import type { TrustBundle } from '../tls/types.ts'
 import { peerChainOf } from '../tls/client-cert.ts'
 import { untrustedConnections } from '../tls/trust-policy.ts'
 import { Http2StreamGuard, hardenedHttp2Options } from '../http2-server.ts'
+import { respondIfOpen, type RespondOutcome } from '../safe-io.ts'
 import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from './webtransport-capsule.ts'
 import { WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
 import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from './webtransport-connect.ts'
@@ -400,11 +401,31 @@ export class WebTransportRelay {
     }
     if (answer.status >= 200 && answer.status < 300) {
       this.#checkPodSettings(target, answer.session.remoteSettings.customSettings)
-      stream.respond(downstreamResponseHeaders(answer.headers), { endStream: false })
+      const sent = respondIfOpen(stream, downstreamResponseHeaders(answer.headers), { endStream: false })
+      if (!sent.ok) {
+        this.#answerNotSent(stream, target, answer, sent)
+        return
+      }
       this.#bridge(stream, answer, pending.trustKey, target, pending.connection)
       return
     }
-    this.#passThroughRejection(stream, answer)
+    this.#passThroughRejection(stream, target, answer)
+  }
+
+  /**
+   * The pod's answer could not be given to the Pylon: its stream is gone (counted as the
+   * Pylon leaving), or Node refused the pod's status or fields (a pod may send :status 600,
+   * which nghttp2 accepts and respond() throws on): 502 upstream_invalid_response.
+   */
+  #answerNotSent (stream: ServerHttp2Stream, target: string, answer: DialAnswer, outcome: Exclude<RespondOutcome, { ok: true }>): void {
+    answer.session.destroy()
+    if (outcome.reason === 'stream_gone') {
+      this.#options.metrics.sessions.labels('relay_error').inc()
+      return
+    }
+    const err = outcome.err.code ?? outcome.err.message
+    this.#options.logger.warn({ target, status: answer.status, err }, 'stargate target sent an invalid response')
+    this.#reject(stream, 'upstream_invalid_response', err)
   }
 
   /**
@@ -460,9 +481,13 @@ export class WebTransportRelay {
   }
 
   /** A pod that refused the session: its status, fields and (bounded) body reach the Pylon. */
-  #passThroughRejection (stream: ServerHttp2Stream, answer: DialAnswer): void {
+  #passThroughRejection (stream: ServerHttp2Stream, target: string, answer: DialAnswer): void {
+    const answered = respondIfOpen(stream, downstreamResponseHeaders(answer.headers), { endStream: false })
+    if (!answered.ok) {
+      this.#answerNotSent(stream, target, answer, answered)
+      return
+    }
     this.#options.metrics.sessions.labels('upstream_rejected').inc()
-    stream.respond(downstreamResponseHeaders(answer.headers), { endStream: false })
     let sent = 0
     const upstream = answer.stream
     upstream.on('data', (chunk: Buffer) => {
@@ -488,8 +513,7 @@ export class WebTransportRelay {
   #reject (stream: ServerHttp2Stream, code: RejectionCode, detail: string | null): void {
     const rejection = REJECTIONS[code]
     if (rejection.outcome !== null) this.#options.metrics.sessions.labels(rejection.outcome).inc()
-    if (stream.closed || stream.destroyed || stream.headersSent) return
-    stream.respond({ ':status': rejection.status, 'content-type': 'text/plain; charset=utf-8', 'x-stargate-error-code': code }, { endStream: false })
+    if (!respondIfOpen(stream, { ':status': rejection.status, 'content-type': 'text/plain; charset=utf-8', 'x-stargate-error-code': code }, { endStream: false }).ok) return
     // The message is the table's; the detail (an upstream error) goes to the log only.
     stream.end(rejection.message + '\n', () => { if (!stream.closed) stream.close(constants.NGHTTP2_NO_ERROR) })
     if (detail === null) this.#options.logger.debug({ code, status: rejection.status }, `webtransport session request rejected: ${rejection.message}`)

@@ -1,0 +1,83 @@
+// The rapid-reset guard (SPEC §12, lib/front-door/http2-guard.ts) on a real HTTP/2 server, fed
+// exact frames from a raw socket. Issue 30: streams closed because their connection ended
+// (the client's FIN or RST, a connection error) were counted as client resets; at 200 the
+// guard tripped and its GOAWAY went to the destroyed session, which threw from a stream
+// 'close' handler and ended the process. A connection that ends is no attack; 200 streams the
+// client opens and resets itself still are.
+import t, { type Test } from 'tap'
+import http2, { type ServerHttp2Session } from 'node:http2'
+import type { AddressInfo } from 'node:net'
+import { RapidResetGuard } from '../../lib/front-door/http2-guard.ts'
+import { FRAME, RawH2Client, frame, type Fields } from '../fixtures/raw-h2.ts'
+import { waitFor } from '../fixtures/wait.ts'
+
+const REQUEST: Fields = [[':method', 'POST'], [':scheme', 'http'], [':path', '/watch'], [':authority', 'router.example']]
+const CANCEL = 8
+
+interface Server {
+  readonly port: number
+  readonly trips: number[]
+  readonly closedSessions: () => number
+}
+
+async function startServer (t: Test): Promise<Server> {
+  const trips: number[] = []
+  let closed = 0
+  const guard = new RapidResetGuard({ windowMs: 10_000, minResets: 200, ratio: 0.5, earlyMs: 1000, onTrip: (_session, resets) => { trips.push(resets) } })
+  const server = http2.createServer({ settings: { maxConcurrentStreams: 1000 } })
+  server.on('session', (session: ServerHttp2Session) => {
+    session.on('error', () => {})
+    session.on('close', () => { closed++ })
+    // Streams stay open (answered, never ended), as WatchStargates streams do.
+    session.on('stream', (stream) => {
+      stream.on('error', () => {})
+      guard.onStream(session, stream)
+      if (!stream.destroyed) stream.respond({ ':status': 200 })
+    })
+  })
+  await new Promise<void>((resolve) => { server.listen(0, '127.0.0.1', resolve) })
+  t.teardown(() => { server.close() })
+  return { port: (server.address() as AddressInfo).port, trips, closedSessions: () => closed }
+}
+
+async function openStreams (client: RawH2Client, count: number): Promise<void> {
+  for (let i = 0; i < count; i++) client.headers(1 + 2 * i, REQUEST, false)
+  // The answer to the last one: every stream is open on the server.
+  await client.waitFrame((f) => f.type === FRAME.HEADERS && f.streamId === 2 * count - 1)
+}
+
+/** Lets stream 'close' events (emitted on later ticks) run. */
+function settle (): Promise<void> {
+  return new Promise((resolve) => { setTimeout(resolve, 50) })
+}
+
+for (const [name, end] of [
+  ['a FIN', (client: RawH2Client) => { client.socket.end() }],
+  ['a RST', (client: RawH2Client) => { client.socket.resetAndDestroy() }],
+  ['a PING on stream 1 (connection error)', (client: RawH2Client) => { client.write(frame(FRAME.PING, 0, 1, Buffer.alloc(8))) }],
+] as const) {
+  t.test(`a connection that ends with 300 open streams by ${name} is not taken for rapid resets`, async (t) => {
+    const server = await startServer(t)
+    const client = await RawH2Client.connect(server.port)
+    t.teardown(() => { client.close() })
+    await openStreams(client, 300)
+    end(client)
+    await waitFor(() => server.closedSessions() === 1, { message: 'the session closed' })
+    await settle()
+    t.same(server.trips, [], 'the guard did not trip (and threw nothing from the stream close handlers)')
+  })
+}
+
+t.test('300 streams the client resets right after opening them get GOAWAY ENHANCE_YOUR_CALM', async (t) => {
+  const server = await startServer(t)
+  const client = await RawH2Client.connect(server.port)
+  t.teardown(() => { client.close() })
+  await openStreams(client, 300)
+  const code = Buffer.alloc(4)
+  code.writeUInt32BE(CANCEL)
+  client.write(Buffer.concat(Array.from({ length: 300 }, (_, i) => frame(FRAME.RST_STREAM, 0, 1 + 2 * i, code))))
+  const goaway = await client.waitFrame((f) => f.type === FRAME.GOAWAY)
+  t.equal(goaway?.payload.readUInt32BE(4), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM')
+  t.same(server.trips, [200], 'tripped once, at the 200th reset')
+  await waitFor(() => server.closedSessions() === 1, { message: 'the session was cut after its GOAWAY' })
+})
