@@ -23,7 +23,7 @@
  * native callback interface: no wrapper objects, no header parsing into objects).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { constants as h2constants, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2'
+import { constants as h2constants, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Stream } from 'node:http2'
 import type { TLSSocket } from 'node:tls'
 import type { Dispatcher } from 'undici'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
@@ -456,11 +456,12 @@ function writeError (res: Res, code: StaticHttpErrorCode, requestId: string, clo
   ]
   if (close && !h2) fields.push('connection', 'close')
   ;(res as ServerResponse).writeHead(HTTP_ERRORS[code].status, fields)
-  if (close && h2) res.once('finish', closeStreamNoError)
+  // The stream's own 'finish' (its response is sent): the compat response emits 'finish' only
+  // once the stream has closed, which a client still sending never lets happen.
+  if (close && h2) (res as Http2ServerResponse).stream.once('finish', closeStreamNoError)
   res.end(body)
 }
 
-function closeStreamNoError (this: Http2ServerResponse): void {
-  const stream = this.stream
-  if (!stream.closed && !stream.destroyed) stream.close(h2constants.NGHTTP2_NO_ERROR)
+function closeStreamNoError (this: ServerHttp2Stream): void {
+  if (!this.closed && !this.destroyed) this.close(h2constants.NGHTTP2_NO_ERROR)
 }
