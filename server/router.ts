@@ -201,6 +201,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,
   })
+  metrics.setBufferedBodiesSource(() => httpForwarder.bufferedBodies)
   const frontDoor = new FrontDoor({
     http: httpForwarder,
     host: config.listenAddr.host,

@@ -55,6 +55,7 @@ import type { HttpPod, HttpPods } from './pods.ts'
 import { lateConnect, UpstreamAbortError, type PodRequest, type PodSlot } from './pod-connections.ts'
 import { BodyPace, type BodyLimits, type BodyVerdict } from './body-pace.ts'
 import { clientKeyOf } from './client-address.ts'
+import { BodyBuffer } from './body-buffer.ts'
 
 type Req = IncomingMessage | Http2ServerRequest
 type Res = ServerResponse | Http2ServerResponse
@@ -99,8 +100,6 @@ function statusClass (status: number): string {
   return status < 200 ? '1xx' : status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx'
 }
 
-const EMPTY = Buffer.alloc(0)
-
 class Exchange implements PodRequest {
   readonly forwarder: HttpForwarder
   readonly req: Req
@@ -129,9 +128,8 @@ class Exchange implements PodRequest {
   settled = false
   /** The body read so far while it arrives; null once it is in or when there is none. */
   pace: BodyPace | null = null
-  /** Chunks read before admission, while buffering; null otherwise. */
-  chunks: Buffer[] | null = null
-  buffered = 0
+  /** The body read before admission, while it is read; null otherwise. */
+  bodyBuffer: BodyBuffer | null = null
   /** The whole body, when it was buffered; null: the request stream itself (or no body). */
   body: Buffer | null = null
   /** Bytes of the buffered prefix the stream replays after admission, not counted again. */
@@ -279,13 +277,13 @@ function onResClose (this: Res & { [kExchange]?: Exchange }): void {
 /** A body chunk before admission: buffered, until the body ends or the buffer is full. */
 function onBufferData (this: Req & { [kExchange]?: Exchange }, chunk: Buffer): void {
   const exchange = this[kExchange]
-  if (exchange === undefined || exchange.done || exchange.chunks === null) return
+  if (exchange === undefined || exchange.done || exchange.bodyBuffer === null) return
   exchange.forwarder.buffer(exchange, chunk)
 }
 
 function onBufferEnd (this: Req & { [kExchange]?: Exchange }): void {
   const exchange = this[kExchange]
-  if (exchange === undefined || exchange.done || exchange.chunks === null) return
+  if (exchange === undefined || exchange.done || exchange.bodyBuffer === null) return
   exchange.forwarder.bodyComplete(exchange)
 }
 
@@ -313,6 +311,13 @@ function checkBodies (forwarder: HttpForwarder): void {
   forwarder.checkReceiving()
 }
 
+/** Slow bodies refused per event-loop turn: about 5 ms of work at a time (module note at refuseSlowBodies). */
+const REFUSALS_PER_TURN = 64
+
+function refuseSlowBodies (forwarder: HttpForwarder): void {
+  forwarder.refuseSlowBodies()
+}
+
 function onTimeout (exchange: Exchange): void {
   exchange.timer = null
   if (exchange.done) return
@@ -328,6 +333,12 @@ export class HttpForwarder {
   /** Requests whose body is being read, for the body pace checks. */
   readonly #receiving = new Set<Exchange>()
   #bodyTick: NodeJS.Timeout | null = null
+  /** Bodies being read before admission, and their bytes (read at scrape time: bufferedBodies). */
+  #buffering = 0
+  #bufferedBytes = 0
+  /** Slow bodies judged on the last tick, refused a batch per event-loop turn (refuseSlowBodies). */
+  #refusals: Array<readonly [Exchange, BodyVerdict]> = []
+  #refusing = false
 
   constructor (options: HttpForwarderOptions) {
     this.options = options
@@ -360,21 +371,42 @@ export class HttpForwarder {
     }
   }
 
-  /** Fails requests whose body stopped arriving, arrives too slowly, or took too long (body-pace.ts). */
+  /** Bodies being read before admission, and the bytes held for them (for the gauges). */
+  get bufferedBodies (): { readonly requests: number, readonly bytes: number } {
+    return { requests: this.#buffering, bytes: this.#bufferedBytes }
+  }
+
+  /** Finds requests whose body stopped arriving, arrives too slowly, or took too long (body-pace.ts). */
   checkReceiving (): void {
     const now = performance.now()
     for (const exchange of this.#receiving) {
       // The router holds the body back while it waits for a pod connection, and the pod when it
       // reads slowly (undici pauses the stream): neither is the client's doing.
-      const held = exchange.chunks === null && (!exchange.sent || exchange.req.isPaused())
+      const held = exchange.bodyBuffer === null && (!exchange.sent || exchange.req.isPaused())
       const verdict = (exchange.pace as BodyPace).check(now, held, this.#limits)
-      if (verdict !== null) this.#refuseSlowBody(exchange, verdict)
+      if (verdict !== null) this.#refusals.push([exchange, verdict])
+    }
+    if (this.#refusals.length > 0 && !this.#refusing) {
+      this.#refusing = true
+      setImmediate(refuseSlowBodies, this)
     }
   }
 
-  #refuseSlowBody (exchange: Exchange, verdict: BodyVerdict): void {
-    this.options.metrics.httpClientLimitRefusals.labels(verdict).inc()
-    this.fail(exchange, verdict, true)
+  /**
+   * Refuses up to REFUSALS_PER_TURN of the judged bodies, then yields to I/O. Clients that
+   * started together are judged together (2,000 in one tick in bench http-forward/slow-bodies),
+   * and answering them all in one go held the event loop for everyone else.
+   */
+  refuseSlowBodies (): void {
+    const batch = this.#refusals.splice(0, REFUSALS_PER_TURN)
+    for (const [exchange, verdict] of batch) {
+      // Still being read: not finished, nor complete, since it was judged.
+      if (exchange.done || exchange.pace === null) continue
+      this.options.metrics.httpClientLimitRefusals.labels(verdict).inc()
+      this.fail(exchange, verdict, true)
+    }
+    if (this.#refusals.length > 0) setImmediate(refuseSlowBodies, this)
+    else this.#refusing = false
   }
 
   /** Body bytes that arrived; over --http-max-body-bytes the request is refused. */
@@ -389,10 +421,10 @@ export class HttpForwarder {
   buffer (exchange: Exchange, chunk: Buffer): void {
     this.received(exchange, chunk.length)
     if (exchange.done) return
-    ;(exchange.chunks as Buffer[]).push(chunk)
-    exchange.buffered += chunk.length
-    this.options.metrics.httpBodyBufferedBytes.inc(chunk.length)
-    if (exchange.buffered <= this.options.bodyBufferBytes) return
+    const body = exchange.bodyBuffer as BodyBuffer
+    body.append(chunk, this.options.bodyBufferBytes)
+    this.#bufferedBytes += chunk.length
+    if (body.length <= this.options.bodyBufferBytes) return
     // More than the buffer holds: the bytes read go back in front of the stream, which waits
     // (paused) for the pod connection and then flows to the pod.
     const req = exchange.req
@@ -412,15 +444,13 @@ export class HttpForwarder {
 
   /** Stops reading into the buffer; returns what was read. */
   #endBuffering (exchange: Exchange): Buffer {
-    const chunks = exchange.chunks as Buffer[]
-    exchange.chunks = null
+    const body = exchange.bodyBuffer as BodyBuffer
+    exchange.bodyBuffer = null
     exchange.req.off('data', onBufferData)
     exchange.req.off('end', onBufferEnd)
-    const { metrics } = this.options
-    metrics.httpBodiesBuffering.dec()
-    metrics.httpBodyBufferedBytes.dec(exchange.buffered)
-    exchange.buffered = 0
-    return chunks.length === 1 ? chunks[0] as Buffer : chunks.length === 0 ? EMPTY : Buffer.concat(chunks)
+    this.#buffering--
+    this.#bufferedBytes -= body.length
+    return body.bytes()
   }
 
   /**
@@ -491,8 +521,8 @@ export class HttpForwarder {
       this.#admit(exchange)
       return
     }
-    exchange.chunks = []
-    options.metrics.httpBodiesBuffering.inc()
+    exchange.bodyBuffer = new BodyBuffer()
+    this.#buffering++
     req.on('data', onBufferData)
     req.on('end', onBufferEnd)
   }
@@ -603,7 +633,7 @@ export class HttpForwarder {
     exchange.done = true
     if (exchange.timer !== null) clearTimeout(exchange.timer)
     this.stopReceiving(exchange)
-    if (exchange.chunks !== null) this.#endBuffering(exchange)
+    if (exchange.bodyBuffer !== null) this.#endBuffering(exchange)
     this.#release(exchange)
     const { metrics } = this.options
     metrics.httpRequestsInFlight.dec()

@@ -1,11 +1,13 @@
 // Issue 30, SPEC §12: the pure rules behind "a slow client costs a pod nothing it cannot
 // afford": which client a request counts against for the per-client share (the TCP peer, or
 // what a trusted proxy says in x-forwarded-for; IPv6 by /64), how many requests that share
-// allows, and when a body is too silent, too slow or too late. Table-driven.
+// allows, when a body is too silent, too slow or too late, and how a body read before its pod
+// connection is held (one copy, not one object per read). Table-driven.
 import t from 'tap'
 import { addressKey, clientKeyOf, clientShareLimit } from '../../lib/http-forward/client-address.ts'
 import { TrustedProxies } from '../../lib/http-forward/trusted-proxies.ts'
 import { BodyPace, type BodyLimits, type BodyVerdict } from '../../lib/http-forward/body-pace.ts'
+import { BodyBuffer } from '../../lib/http-forward/body-buffer.ts'
 
 t.test('an address counts as itself (IPv4) or by its /64 (IPv6); anything else is not an address', async (t) => {
   const cases: Array<[string, string | null]> = [
@@ -92,4 +94,25 @@ t.test('a body is judged by its rate over each window, its silence, and its dead
     ['and moves the deadline later', [['bytes', 900, 200], ['check', 1000, false], ['check', 4000, true], ['bytes', 4900, 1000], ['check', 5000, false], ['bytes', 7900, 1000], ['check', 8000, false]], [null, null, null, 'body_deadline_exceeded']],
   ]
   for (const [name, steps, verdicts, limits] of cases) t.same(run(steps, limits), verdicts, name)
+})
+
+t.test('a body read a byte at a time is held as one copy no larger than the limit plus the last read', async (t) => {
+  const body = new BodyBuffer()
+  const text = 'a body sent one byte per read'
+  for (const c of text) body.append(Buffer.from(c), 64)
+  t.equal(body.bytes().toString(), text)
+  t.ok(body.bytes().buffer.byteLength <= 64, `one backing store within the limit, not one per read: ${body.bytes().buffer.byteLength} bytes`)
+  const big = new BodyBuffer()
+  for (let i = 0; i < 100; i++) big.append(Buffer.alloc(10, i), 64)
+  t.equal(big.length, 1000, 'past the limit (the caller stops reading there) it still holds every byte')
+  t.same([...big.bytes().subarray(0, 30)], [...Buffer.alloc(10, 0), ...Buffer.alloc(10, 1), ...Buffer.alloc(10, 2)], 'in order')
+})
+
+t.test('a body that arrives in one read is kept as it came, without a copy', async (t) => {
+  const body = new BodyBuffer()
+  const chunk = Buffer.from('{"model":"m","messages":[]}')
+  body.append(chunk, 65536)
+  t.equal(body.bytes(), chunk)
+  body.append(Buffer.from('!'), 65536)
+  t.equal(body.bytes().toString(), chunk.toString() + '!', 'a second read copies both')
 })
