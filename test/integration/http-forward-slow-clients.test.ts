@@ -4,7 +4,9 @@
 // --http-body-rate-window-ms (408 body_rate_too_low) and end within --http-body-deadline-ms
 // (408 body_deadline_exceeded), time the router holds them back not counting; one client
 // address holds at most --http-upstream-max-client-share-percent of a pod's connections (429
-// client_over_share), the address a trusted proxy names being the client's. Each over HTTP/1.1
+// client_over_share), the address a trusted proxy names being the client's. A request is
+// admitted again once its body is in (the pod may have filled, or left, meanwhile: 503
+// upstream_busy, target_unavailable, no_ready_targets, or another pod). Each over HTTP/1.1
 // from raw sockets, the rate also over HTTP/2; the failure mode before: a trickling client took
 // a pod connection at its request head and kept it for as long as it kept trickling.
 import t from 'tap'
@@ -238,4 +240,57 @@ t.test('behind a trusted proxy the client is the one x-forwarded-for names; from
   const spoofed = await get(port, '/v1/models', { localAddress: '127.0.0.3', headers: { 'x-forwarded-for': '203.0.113.10' } })
   t.equal(spoofed.status, 429, 'an untrusted peer cannot become another client by naming one')
   t.equal(spoofed.code, 'client_over_share')
+})
+
+t.test('a pod full when a buffered body is complete gets 503 upstream_busy then, though the head was admitted', async (t) => {
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], http: true, args: ['--http-upstream-max-connections', '1', '--http-upstream-max-queue', '0', '--http-upstream-max-client-share-percent', '0'] })
+  const port = pods.kube.frontDoorPort
+  const first = raw(port, `POST /slow?ms=2000 HTTP/1.1\r\nhost: ${HOST}\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{`)
+  const second = raw(port, `POST /echo HTTP/1.1\r\nhost: ${HOST}\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{`)
+  t.teardown(() => { first.socket.destroy(); second.socket.destroy() })
+  await waitFor(async () => await pods.kube.metric('stargate_k8s_router_http_request_bodies_buffering') === 2, { message: 'both bodies being read' })
+  first.write('}')
+  await waitFor(() => pods.llms.get('stargate-0')?.requests.length === 1, { message: 'the first holding the only connection' })
+  second.write('}')
+  await waitFor(() => second.closed, { message: 'the second answered' })
+  const { status, code } = answer(second.text)
+  t.equal(status, 'HTTP/1.1 503 Service Unavailable')
+  t.equal(code, 'upstream_busy')
+  await waitFor(() => first.closed, { message: 'the first answered' })
+  t.match(first.text, /^HTTP\/1\.1 200 /)
+})
+
+t.test('a pod that leaves while a request\'s body is read: the named pod is 503 target_unavailable, an unnamed one is replaced', async (t) => {
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], http: true })
+  const port = pods.kube.frontDoorPort
+  const named = raw(port, `POST /echo HTTP/1.1\r\nhost: ${HOST}\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{`)
+  const unnamed = raw(port, 'POST /echo HTTP/1.1\r\nhost: llm.example.com\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{')
+  t.teardown(() => { named.socket.destroy(); unnamed.socket.destroy() })
+  await waitFor(async () => await pods.kube.metric('stargate_k8s_router_http_request_bodies_buffering') === 2, { message: 'both bodies being read' })
+  await pods.addPod('stargate-1')
+  pods.removePod('stargate-0')
+  await waitFor(async () => (await pods.kube.snapshot()).targets.map((x) => x.identity).join() === 'stargate-1', { message: 'only stargate-1 left' })
+  named.write('}')
+  unnamed.write('}')
+  await waitFor(() => named.closed && unnamed.closed, { message: 'both answered' })
+  const refused = answer(named.text)
+  t.equal(refused.status, 'HTTP/1.1 503 Service Unavailable')
+  t.equal(refused.code, 'target_unavailable')
+  t.match(unnamed.text, /^HTTP\/1\.1 200 /)
+  t.equal((JSON.parse(answer(unnamed.text).body) as { pod: string }).pod, 'stargate-1', 'the unnamed request went to a pod still there')
+})
+
+t.test('when no pod is left while a request\'s body is read, it is 503 no_ready_targets', async (t) => {
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], http: true })
+  const client = raw(pods.kube.frontDoorPort, 'POST /echo HTTP/1.1\r\nhost: llm.example.com\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{')
+  t.teardown(() => { client.socket.destroy() })
+  await waitFor(async () => await pods.kube.metric('stargate_k8s_router_http_request_bodies_buffering') === 1, { message: 'the body being read' })
+  pods.removePod('stargate-0')
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 0, { message: 'no pod left' })
+  client.write('}')
+  await waitFor(() => client.closed, { message: 'answered' })
+  const { status, code } = answer(client.text)
+  t.equal(status, 'HTTP/1.1 503 Service Unavailable')
+  t.equal(code, 'no_ready_targets')
+  t.equal(pods.llms.get('stargate-0')?.requests.length, 0)
 })
