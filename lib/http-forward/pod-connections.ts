@@ -9,8 +9,8 @@
  *                 ▼
  *              waiting FIFO ──▶ the next slot released goes to the oldest live request
  *
- * Why not undici's Pool, which this replaced: an attack of 2,100 trickling uploads showed two
- * costs of handing it requests it cannot take back.
+ * Why not undici's Pool: it cannot take back a request it was handed, which an attack of 2,100
+ * trickling uploads made costly in two ways.
  * - A request waiting in Pool's queue cannot be withdrawn. When its client has gone, undici
  *   still dispatches it, opens a connection for it if none is free, and only then, in
  *   onConnect, lets the handler abort it (undici issue 386); dead requests also stay queued
