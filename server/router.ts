@@ -21,6 +21,7 @@ import { startTunnel } from './tunnels.ts'
 import type { RunningTunnel } from './tunnel-types.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
+import { clientShareLimit } from '../lib/http-forward/client-address.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
 import { TrustedProxies } from '../lib/http-forward/trusted-proxies.ts'
 import { HealthServer } from '../lib/health/server.ts'
@@ -192,9 +193,15 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     idleTimeoutMs: config.httpIdleTimeoutMs,
     requestTimeoutMs: config.httpRequestTimeoutMs,
     maxPendingPerPod: config.httpUpstreamMaxConnections + config.httpUpstreamMaxQueue,
+    bodyBufferBytes: config.httpBodyBufferBytes,
+    bodyMinBytesPerSecond: config.httpBodyMinBytesPerSecond,
+    bodyRateWindowMs: config.httpBodyRateWindowMs,
+    bodyDeadlineMs: config.httpBodyDeadlineMs,
+    maxPerClientPerPod: clientShareLimit(config.httpUpstreamMaxConnections, config.httpUpstreamMaxClientSharePercent),
     trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,
   })
+  metrics.setBufferedBodiesSource(() => httpForwarder.bufferedBodies)
   const frontDoor = new FrontDoor({
     http: httpForwarder,
     host: config.listenAddr.host,

@@ -88,6 +88,12 @@ export interface Config {
   readonly httpUpstreamMaxConnections: number
   readonly httpUpstreamMaxQueue: number
   readonly trustedProxyCidrs: readonly string[]
+  // Slow clients (SPEC §12)
+  readonly httpBodyBufferBytes: number
+  readonly httpBodyMinBytesPerSecond: number
+  readonly httpBodyRateWindowMs: number
+  readonly httpBodyDeadlineMs: number
+  readonly httpUpstreamMaxClientSharePercent: number
   readonly upstreamTlsSystemCa: boolean
   readonly frontDoorMaxConnections: number
   readonly httpKeepAliveTimeoutMs: number
@@ -362,6 +368,12 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     httpUpstreamMaxConnections: defaultedInt('http-upstream-max-connections', 1, 100_000),
     httpUpstreamMaxQueue: defaultedInt('http-upstream-max-queue', 0, 1_000_000),
     trustedProxyCidrs,
+    // Slow clients (SPEC §12)
+    httpBodyBufferBytes: defaultedInt('http-body-buffer-bytes', 0, 16 * 1024 * 1024),
+    httpBodyMinBytesPerSecond: defaultedInt('http-body-min-bytes-per-second', 0, 1_000_000_000),
+    httpBodyRateWindowMs: defaultedInt('http-body-rate-window-ms', 100, MAX_MS),
+    httpBodyDeadlineMs: defaultedInt('http-body-deadline-ms', 0, MAX_MS),
+    httpUpstreamMaxClientSharePercent: defaultedInt('http-upstream-max-client-share-percent', 0, 100),
     upstreamTlsSystemCa,
     frontDoorMaxConnections: defaultedInt('front-door-max-connections', 1, 1_000_000),
     httpKeepAliveTimeoutMs: defaultedInt('http-keep-alive-timeout-ms', 100, MAX_MS),

@@ -136,6 +136,13 @@ export const FLAGS: readonly FlagSpec[] = [
   bool('upstream-tls-system-ca', false, 'with --upstream-tls, also trust the system CA store for Stargate certificates (without it a trust bundle is required)'),
   list('trusted-proxy-cidrs', 'repeatable or comma-separated: proxies (CIDR blocks or addresses) whose x-forwarded-for, forwarded and x-real-ip are believed; from other peers they are replaced'),
 
+  // Slow clients (SPEC §12): what a client must do to hold a pod connection
+  int('http-body-buffer-bytes', 65536, 'bytes of an LLM client request body read before a pod connection is taken: a body up to this size is forwarded whole once it is in, a larger one once this much is in; 0 takes the connection at the request head'),
+  int('http-body-min-bytes-per-second', 1024, 'least average rate of an LLM client request body over each --http-body-rate-window-ms while it is incomplete (408 body_rate_too_low); 0 disables'),
+  int('http-body-rate-window-ms', 60000, 'window over which --http-body-min-bytes-per-second is averaged (>= 100)'),
+  int('http-body-deadline-ms', 900000, 'most time from an LLM client request head to the end of its body (408 body_deadline_exceeded); 0 disables'),
+  int('http-upstream-max-client-share-percent', 25, 'percent of --http-upstream-max-connections one client address may hold or wait for at one pod (429 client_over_share); behind a proxy in --trusted-proxy-cidrs the client is the one x-forwarded-for names; 0 disables'),
+
   // WebTransport sessions (issue 16)
   int('webtransport-max-sessions-per-connection', 1, 'WebTransport sessions one Pylon connection may hold at once over HTTP/2 (429 above it; each has its own upstream connection); over HTTP/3 a connection carries one session, as the Rust router (a further request is reset with H3_REQUEST_REJECTED)'),
   int('webtransport-max-sessions', 10000, 'WebTransport sessions (waiting for the pod or bridged) the router holds at once (503 above it)'),

@@ -81,6 +81,25 @@ export const HTTP_ERRORS = {
     meaning: 'the client stopped sending its request body for longer than --http-idle-timeout-ms',
     action: 'check the client\'s network; keep the body flowing',
   },
+  // Slow clients (SPEC §12)
+  body_rate_too_low: {
+    status: 408,
+    message: 'the request body arrived more slowly than the router accepts',
+    meaning: 'the client sent less than --http-body-min-bytes-per-second on average over a window of --http-body-rate-window-ms while its body was incomplete (time the router or the pod held the body back does not count)',
+    action: 'check the client\'s network; on links slower than the minimum, lower --http-body-min-bytes-per-second',
+  },
+  body_deadline_exceeded: {
+    status: 408,
+    message: 'the request body took longer than the router accepts',
+    meaning: 'the body was not complete --http-body-deadline-ms after the request head (time the router or the pod held the body back does not count)',
+    action: 'send smaller bodies or over a faster link; raise --http-body-deadline-ms if uploads this slow are expected',
+  },
+  client_over_share: {
+    status: 429,
+    message: 'this client holds its share of the stargate\'s connections; retry later',
+    meaning: 'the client address already holds or waits for --http-upstream-max-client-share-percent of the chosen pod\'s connections (behind a proxy listed in --trusted-proxy-cidrs, the address x-forwarded-for gives)',
+    action: 'retry with backoff, or spread the load over more stargates; behind a Gateway, list it in --trusted-proxy-cidrs, else all its clients count as one',
+  },
   // The front door on Fastify (issue 17)
   internal_error: {
     status: 500,

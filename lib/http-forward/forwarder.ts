@@ -1,9 +1,27 @@
 /**
  * LLM client HTTP forwarding (SPEC §6): every non-gRPC request of the front door, HTTP/1.1 or
  * h2, goes to a ready pod's http port with undici. The pod is the one the Host names through
- * the hostname template, else the less loaded of two random ready pods. Bodies stream both
- * ways without buffering (SSE tokens are written as they arrive) with backpressure in both
+ * the hostname template, else the less loaded of two random ready pods. Responses stream
+ * without buffering (SSE tokens are written as they arrive) with backpressure in both
  * directions; a client that goes away aborts the upstream request at once.
+ *
+ * A slow client costs a pod nothing it cannot afford (SPEC §12):
+ *
+ *   head ──▶ route, early refusals ──▶ read the body into memory, up to --http-body-buffer-bytes
+ *                                          │ whole body in        │ more than the buffer holds
+ *                                          ▼                      ▼
+ *                                     sent as one buffer     the buffered bytes are put back
+ *                                                            in front of the stream, which
+ *                                                            then flows to the pod
+ *                                          └──────────┬───────────┘
+ *                                                     ▼
+ *                  admission: pod busy? client over its share? ──▶ a pod connection (pod-connections.ts)
+ *
+ * so a request holds a pod connection only once its body is in, or the buffer is full. While
+ * a body is read (before and after admission) it must keep a minimum rate and meet a deadline
+ * (body-pace.ts), checked on one coarse tick for all requests. One client address
+ * (client-address.ts) may hold at most --http-upstream-max-client-share-percent of a pod's
+ * connections, counting the requests holding or waiting for one.
  *
  * A failure before any byte of the request was written to the pod (connect refused or timed
  * out, unreachable: undici had not called onConnect yet) is retried once on another pod;
@@ -15,15 +33,13 @@
  * response the router cannot re-encode (e.g. two content-type fields for an HTTP/2 client) is a
  * 502 upstream_invalid_response for that request, never an exception. `Expect: 100-continue`
  * is answered by the router once the request is routed. An error answered while the client may
- * still be sending a body closes the connection instead of reading the rest. A request body
- * that goes silent for --http-idle-timeout-ms (undici times only the response) is a 408
- * request_timeout, checked on one coarse tick for all requests.
+ * still be sending a body closes the connection instead of reading the rest.
  *
  * Each request is one Exchange object, which is also the undici dispatch handler (undici's
  * native callback interface: no wrapper objects, no header parsing into objects).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { constants as h2constants, type Http2ServerRequest, type Http2ServerResponse } from 'node:http2'
+import { constants as h2constants, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Stream } from 'node:http2'
 import type { TLSSocket } from 'node:tls'
 import type { Dispatcher } from 'undici'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
@@ -36,6 +52,10 @@ import { resolveRequestTarget } from './request-target.ts'
 import { resolveAuthority } from '../routing/resolve.ts'
 import type { TrustedProxies } from './trusted-proxies.ts'
 import type { HttpPod, HttpPods } from './pods.ts'
+import { lateConnect, UpstreamAbortError, type PodRequest, type PodSlot } from './pod-connections.ts'
+import { BodyPace, type BodyLimits, type BodyVerdict } from './body-pace.ts'
+import { clientKeyOf } from './client-address.ts'
+import { BodyBuffer } from './body-buffer.ts'
 
 type Req = IncomingMessage | Http2ServerRequest
 type Res = ServerResponse | Http2ServerResponse
@@ -52,6 +72,15 @@ export interface HttpForwarderOptions {
   readonly requestTimeoutMs: number
   /** Requests per pod beyond which new ones get 503 upstream_busy (its connections + queue). */
   readonly maxPendingPerPod: number
+  /** Bytes of a body read before a pod connection is taken; 0 takes one at the head. */
+  readonly bodyBufferBytes: number
+  /** 0: no minimum body rate. */
+  readonly bodyMinBytesPerSecond: number
+  readonly bodyRateWindowMs: number
+  /** 0: no body deadline. */
+  readonly bodyDeadlineMs: number
+  /** Requests one client may hold or queue for one pod (clientShareLimit); 0: no limit. */
+  readonly maxPerClientPerPod: number
   readonly trustedProxies: TrustedProxies
   readonly metrics: RouterMetrics
 }
@@ -71,7 +100,7 @@ function statusClass (status: number): string {
   return status < 200 ? '1xx' : status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx'
 }
 
-class Exchange implements Dispatcher.DispatchHandler {
+class Exchange implements PodRequest {
   readonly forwarder: HttpForwarder
   readonly req: Req
   readonly res: Res
@@ -82,17 +111,30 @@ class Exchange implements Dispatcher.DispatchHandler {
   readonly hostTargeted: boolean
   readonly headers: string[]
   readonly hasBody: boolean
-  pod: HttpPod | null
+  /** The client the per-client share counts it against ('' when that limit is off). */
+  readonly client: string
+  /** The pod chosen at the head, and the one dispatched to after (a retry may change it). */
+  pod: HttpPod
+  /** Counted in pod.inflight and pod.clients: holding or waiting for a pod connection. */
+  admitted = false
   readonly path: string
   attempt = 1
+  // PodRequest: owned by PodConnections.
+  slot: PodSlot | null = null
+  waiting = false
   /** undici called onConnect in this attempt: request bytes may have reached the pod. */
   sent = false
-  /** When the last request body chunk arrived (performance.now), while the body is read. */
-  lastBodyAt = 0
-  bodyBytes = 0
-  bodyStarted = false
+  /** undici reported this attempt's end (onComplete or onError). */
+  settled = false
+  /** The body read so far while it arrives; null once it is in or when there is none. */
+  pace: BodyPace | null = null
+  /** The body read before admission, while it is read; null otherwise. */
+  bodyBuffer: BodyBuffer | null = null
+  /** The whole body, when it was buffered; null: the request stream itself (or no body). */
+  body: Buffer | null = null
+  /** Bytes of the buffered prefix the stream replays after admission, not counted again. */
+  replay = 0
   counting = false
-  abort: ((err?: Error) => void) | null = null
   resume: (() => void) | null = null
   responded = false
   done = false
@@ -103,7 +145,7 @@ class Exchange implements Dispatcher.DispatchHandler {
   readonly corkable: boolean
   wroteBody = false
 
-  constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, path: string, hostTargeted: boolean, requestId: string, log: RequestLog, headers: string[], hasBody: boolean) {
+  constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, path: string, hostTargeted: boolean, requestId: string, log: RequestLog, headers: string[], hasBody: boolean, client: string) {
     this.forwarder = forwarder
     this.log = log
     this.req = req
@@ -114,28 +156,40 @@ class Exchange implements Dispatcher.DispatchHandler {
     this.requestId = requestId
     this.headers = headers
     this.hasBody = hasBody
+    this.client = client
     this.startedAt = performance.now()
     this.corkable = req.httpVersionMajor === 1
   }
 
+  dispatchOptions (): Dispatcher.DispatchOptions {
+    const { options } = this.forwarder
+    return {
+      path: this.path,
+      method: this.req.method ?? 'GET',
+      headers: this.headers,
+      body: this.body ?? (this.hasBody ? this.req : null),
+      headersTimeout: options.headersTimeoutMs,
+      bodyTimeout: options.idleTimeoutMs,
+    }
+  }
+
   // --- undici dispatch handler (native callback interface) ---
 
-  onConnect (abort: (err?: Error) => void): void {
+  onConnect (): void {
     if (this.done) {
-      abort()
-      return
+      // Its client left while the connection was being opened: undici drops a request whose
+      // onConnect throws and keeps the socket (pod-connections.ts).
+      lateConnect(this)
+      throw new UpstreamAbortError()
     }
-    this.abort = abort
     this.sent = true
-    // Counted from here, not earlier: a 'data' listener starts the flow, and undici attaches
-    // its own reader in this same tick, so no chunk is missed by either.
-    if (this.hasBody && !this.counting) {
+    // A streamed body is counted from here, not earlier: a 'data' listener starts the flow, and
+    // undici attaches its own reader in this same tick, so no chunk is missed by either.
+    if (this.body === null && this.hasBody && !this.counting) {
       this.counting = true
       this.req.on('data', onReqData)
-      if (!this.req.complete) {
-        this.req.once('end', onReqEnd)
-        this.forwarder.startReceiving(this)
-      }
+      if (this.req.readableEnded) this.forwarder.stopReceiving(this)
+      else this.req.once('end', onReqEnd)
     }
   }
 
@@ -178,12 +232,14 @@ class Exchange implements Dispatcher.DispatchHandler {
   }
 
   onComplete (): void {
+    this.settled = true
     if (this.done) return
     ;(this.res as ServerResponse).end()
     this.forwarder.finish(this, 'forwarded')
   }
 
   onError (err: Error & { code?: string }): void {
+    this.settled = true
     if (this.done) return
     this.forwarder.onUpstreamError(this, err)
   }
@@ -213,22 +269,37 @@ function onResDrain (this: Res & { [kExchange]?: Exchange }): void {
 function onResClose (this: Res & { [kExchange]?: Exchange }): void {
   const exchange = this[kExchange]
   if (exchange === undefined || exchange.done) return
-  // The client went away before the response completed: abort upstream at once. Finish
-  // first: undici reports the abort synchronously through onError, which must see `done`.
+  // The client went away before the response completed: finishing gives back the pod
+  // connection, which aborts the upstream request at once (pod-connections.ts).
   exchange.forwarder.finish(exchange, 'client_aborted')
-  exchange.abort?.(new Error('client closed the connection'))
 }
 
+/** A body chunk before admission: buffered, until the body ends or the buffer is full. */
+function onBufferData (this: Req & { [kExchange]?: Exchange }, chunk: Buffer): void {
+  const exchange = this[kExchange]
+  if (exchange === undefined || exchange.done || exchange.bodyBuffer === null) return
+  exchange.forwarder.buffer(exchange, chunk)
+}
+
+function onBufferEnd (this: Req & { [kExchange]?: Exchange }): void {
+  const exchange = this[kExchange]
+  if (exchange === undefined || exchange.done || exchange.bodyBuffer === null) return
+  exchange.forwarder.bodyComplete(exchange)
+}
+
+/** A body chunk streamed to the pod after admission. */
 function onReqData (this: Req & { [kExchange]?: Exchange }, chunk: Buffer): void {
   const exchange = this[kExchange]
-  if (exchange === undefined) return
-  exchange.bodyStarted = true
-  exchange.lastBodyAt = performance.now()
-  exchange.bodyBytes += chunk.length
-  if (exchange.bodyBytes > exchange.forwarder.options.maxBodyBytes && !exchange.done) {
-    exchange.forwarder.fail(exchange, 'payload_too_large', true)
-    exchange.abort?.(new Error('request body too large'))
+  if (exchange === undefined || exchange.done) return
+  let fresh = chunk.length
+  if (exchange.replay > 0) {
+    // The buffered prefix, put back in front of the stream: already counted.
+    const replayed = Math.min(exchange.replay, fresh)
+    exchange.replay -= replayed
+    fresh -= replayed
+    if (fresh === 0) return
   }
+  exchange.forwarder.received(exchange, fresh)
 }
 
 function onReqEnd (this: Req & { [kExchange]?: Exchange }): void {
@@ -240,54 +311,146 @@ function checkBodies (forwarder: HttpForwarder): void {
   forwarder.checkReceiving()
 }
 
+/** Slow bodies refused per event-loop turn: about 5 ms of work at a time (module note at refuseSlowBodies). */
+const REFUSALS_PER_TURN = 64
+
+function refuseSlowBodies (forwarder: HttpForwarder): void {
+  forwarder.refuseSlowBodies()
+}
+
 function onTimeout (exchange: Exchange): void {
   exchange.timer = null
   if (exchange.done) return
   exchange.forwarder.fail(exchange, 'upstream_timeout')
-  exchange.abort?.(new Error('request timeout'))
 }
 
 const kExchange = Symbol('exchange')
 
 export class HttpForwarder {
   readonly options: HttpForwarderOptions
-  /** Requests whose body is being read, for the body idle timeout. */
+  readonly #limits: BodyLimits
+  readonly #tickMs: number
+  /** Requests whose body is being read, for the body pace checks. */
   readonly #receiving = new Set<Exchange>()
   #bodyTick: NodeJS.Timeout | null = null
+  /** Bodies being read before admission, and their bytes (read at scrape time: bufferedBodies). */
+  #buffering = 0
+  #bufferedBytes = 0
+  /** Slow bodies judged on the last tick, refused a batch per event-loop turn (refuseSlowBodies). */
+  #refusals: Array<readonly [Exchange, BodyVerdict]> = []
+  #refusing = false
 
   constructor (options: HttpForwarderOptions) {
     this.options = options
+    this.#limits = {
+      idleTimeoutMs: options.idleTimeoutMs,
+      minBytesPerSecond: options.bodyMinBytesPerSecond,
+      rateWindowMs: options.bodyRateWindowMs,
+      deadlineMs: options.bodyDeadlineMs,
+    }
+    // A quarter of the shortest limit, between 25 ms and 1 s: a verdict comes at most that late.
+    const shortest = Math.min(options.idleTimeoutMs, options.bodyMinBytesPerSecond > 0 ? options.bodyRateWindowMs : Infinity, options.bodyDeadlineMs > 0 ? options.bodyDeadlineMs : Infinity)
+    this.#tickMs = Math.max(25, Math.min(1000, Math.floor(shortest / 4)))
   }
 
-  startReceiving (exchange: Exchange): void {
-    exchange.lastBodyAt = performance.now()
+  #startReceiving (exchange: Exchange): void {
+    exchange.pace = new BodyPace(performance.now(), this.#limits)
     this.#receiving.add(exchange)
     if (this.#bodyTick === null) {
-      this.#bodyTick = setInterval(checkBodies, Math.max(25, Math.min(1000, Math.floor(this.options.idleTimeoutMs / 4))), this)
+      this.#bodyTick = setInterval(checkBodies, this.#tickMs, this)
       this.#bodyTick.unref()
     }
   }
 
   stopReceiving (exchange: Exchange): void {
-    this.#receiving.delete(exchange)
+    if (!this.#receiving.delete(exchange)) return
+    exchange.pace = null
     if (this.#receiving.size === 0 && this.#bodyTick !== null) {
       clearInterval(this.#bodyTick)
       this.#bodyTick = null
     }
   }
 
-  /** Fails requests whose client stopped sending its body (not those paused by the pod). */
+  /** Bodies being read before admission, and the bytes held for them (for the gauges). */
+  get bufferedBodies (): { readonly requests: number, readonly bytes: number } {
+    return { requests: this.#buffering, bytes: this.#bufferedBytes }
+  }
+
+  /** Finds requests whose body stopped arriving, arrives too slowly, or took too long (body-pace.ts). */
   checkReceiving (): void {
     const now = performance.now()
     for (const exchange of this.#receiving) {
-      if (exchange.req.isPaused()) {
-        // Backpressure from the pod: waiting on it is not the client's silence.
-        exchange.lastBodyAt = now
-      } else if (now - exchange.lastBodyAt >= this.options.idleTimeoutMs) {
-        this.fail(exchange, 'request_timeout', true)
-        exchange.abort?.(new Error('request body timeout'))
-      }
+      // The router holds the body back while it waits for a pod connection, and the pod when it
+      // reads slowly (undici pauses the stream): neither is the client's doing.
+      const held = exchange.bodyBuffer === null && (!exchange.sent || exchange.req.isPaused())
+      const verdict = (exchange.pace as BodyPace).check(now, held, this.#limits)
+      if (verdict !== null) this.#refusals.push([exchange, verdict])
     }
+    if (this.#refusals.length > 0 && !this.#refusing) {
+      this.#refusing = true
+      setImmediate(refuseSlowBodies, this)
+    }
+  }
+
+  /**
+   * Refuses up to REFUSALS_PER_TURN of the judged bodies, then yields to I/O. Clients that
+   * started together are judged together (2,000 in one tick in bench http-forward/slow-bodies),
+   * and answering them all in one go held the event loop for everyone else.
+   */
+  refuseSlowBodies (): void {
+    const batch = this.#refusals.splice(0, REFUSALS_PER_TURN)
+    for (const [exchange, verdict] of batch) {
+      // Still being read: not finished, nor complete, since it was judged.
+      if (exchange.done || exchange.pace === null) continue
+      this.options.metrics.httpClientLimitRefusals.labels(verdict).inc()
+      this.fail(exchange, verdict, true)
+    }
+    if (this.#refusals.length > 0) setImmediate(refuseSlowBodies, this)
+    else this.#refusing = false
+  }
+
+  /** Body bytes that arrived; over --http-max-body-bytes the request is refused. */
+  received (exchange: Exchange, bytes: number): void {
+    const pace = exchange.pace
+    if (pace === null) return
+    pace.received(bytes, performance.now())
+    if (pace.bytes > this.options.maxBodyBytes) this.fail(exchange, 'payload_too_large', true)
+  }
+
+  /** A chunk read before admission. */
+  buffer (exchange: Exchange, chunk: Buffer): void {
+    this.received(exchange, chunk.length)
+    if (exchange.done) return
+    const body = exchange.bodyBuffer as BodyBuffer
+    body.append(chunk, this.options.bodyBufferBytes)
+    this.#bufferedBytes += chunk.length
+    if (body.length <= this.options.bodyBufferBytes) return
+    // More than the buffer holds: the bytes read go back in front of the stream, which waits
+    // (paused) for the pod connection and then flows to the pod.
+    const req = exchange.req
+    req.pause()
+    const prefix = this.#endBuffering(exchange)
+    exchange.replay = prefix.length
+    req.unshift(prefix)
+    this.#admit(exchange)
+  }
+
+  /** The whole body is in memory: it goes to the pod as one buffer. */
+  bodyComplete (exchange: Exchange): void {
+    exchange.body = this.#endBuffering(exchange)
+    this.stopReceiving(exchange)
+    this.#admit(exchange)
+  }
+
+  /** Stops reading into the buffer; returns what was read. */
+  #endBuffering (exchange: Exchange): Buffer {
+    const body = exchange.bodyBuffer as BodyBuffer
+    exchange.bodyBuffer = null
+    exchange.req.off('data', onBufferData)
+    exchange.req.off('end', onBufferEnd)
+    this.#buffering--
+    this.#bufferedBytes -= body.length
+    return body.bytes()
   }
 
   /**
@@ -316,7 +479,12 @@ export class HttpForwarder {
       pod = options.pods.pick(null)
       if (pod === null) { this.#reject(req, res, 'no_ready_targets', requestId); return }
     }
-    if (pod.inflight >= options.maxPendingPerPod) { this.#reject(req, res, 'upstream_busy', requestId); return }
+    const socket = req.socket
+    const peer = socket?.remoteAddress
+    const client = options.maxPerClientPerPod > 0 ? clientKeyOf(peer, req.headers['x-forwarded-for'], options.trustedProxies) : ''
+    // Refused before the body is read when the pod is already full; checked again at admission.
+    const refusal = this.#admission(pod, client)
+    if (refusal !== null) { this.#reject(req, res, refusal, requestId); return }
 
     const length = req.headers['content-length']
     if (length !== undefined && Number(length) > options.maxBodyBytes) {
@@ -329,15 +497,14 @@ export class HttpForwarder {
     const expect = req.headers.expect
     if (typeof expect === 'string' && expect.toLowerCase() === '100-continue') res.writeContinue()
     const hasBody = !BODYLESS.has(req.method ?? 'GET') || (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined
-    const socket = req.socket
     const headers = upstreamRequestHeaders(req.rawHeaders, {
-      clientAddress: socket?.remoteAddress ?? '',
+      clientAddress: peer ?? '',
       proto: (socket as TLSSocket | undefined)?.encrypted === true ? 'https' : 'http',
       host: host ?? '',
       requestId,
-      trusted: options.trustedProxies.trusts(socket?.remoteAddress),
+      trusted: options.trustedProxies.trusts(peer),
     })
-    const exchange = new Exchange(this, req, res, pod, target.path, hostTargeted, requestId, log, headers, hasBody)
+    const exchange = new Exchange(this, req, res, pod, target.path, hostTargeted, requestId, log, headers, hasBody, client)
     const tagged = res as Res & { [kExchange]?: Exchange }
     tagged[kExchange] = exchange
     ;(req as Req & { [kExchange]?: Exchange })[kExchange] = exchange
@@ -345,59 +512,108 @@ export class HttpForwarder {
     res.on('close', onResClose)
     if (options.requestTimeoutMs > 0) exchange.timer = setTimeout(onTimeout, options.requestTimeoutMs, exchange)
     options.metrics.httpRequestsInFlight.inc()
-    this.#dispatch(exchange)
+    if (!hasBody) {
+      this.#admit(exchange)
+      return
+    }
+    this.#startReceiving(exchange)
+    if (options.bodyBufferBytes === 0) {
+      this.#admit(exchange)
+      return
+    }
+    exchange.bodyBuffer = new BodyBuffer()
+    this.#buffering++
+    req.on('data', onBufferData)
+    req.on('end', onBufferEnd)
   }
 
-  #dispatch (exchange: Exchange): void {
-    const pod = exchange.pod as HttpPod
+  /** Why the pod cannot take one more request from this client now, or null. */
+  #admission (pod: HttpPod, client: string): 'upstream_busy' | 'client_over_share' | null {
+    if (pod.inflight >= this.options.maxPendingPerPod) return 'upstream_busy'
+    const max = this.options.maxPerClientPerPod
+    if (max > 0 && (pod.clients.get(client) ?? 0) >= max) return 'client_over_share'
+    return null
+  }
+
+  /** The body is in (or the buffer full, or there is none): the request takes or awaits a pod connection. */
+  #admit (exchange: Exchange): void {
+    if (exchange.done) return
+    let pod: HttpPod | null = exchange.pod
+    if (pod.retired) {
+      // The pod left (or was replaced) while the body was read.
+      pod = exchange.hostTargeted ? this.options.pods.get(pod.target.identity) ?? null : this.options.pods.pick(null)
+      if (pod === null) { this.fail(exchange, exchange.hostTargeted ? 'target_unavailable' : 'no_ready_targets'); return }
+      exchange.pod = pod
+    }
+    const refusal = this.#admission(pod, exchange.client)
+    if (refusal !== null) {
+      if (refusal === 'client_over_share') this.options.metrics.httpClientLimitRefusals.labels(refusal).inc()
+      this.fail(exchange, refusal)
+      return
+    }
+    this.#dispatch(exchange, pod)
+  }
+
+  #dispatch (exchange: Exchange, pod: HttpPod): void {
+    exchange.pod = pod
+    exchange.admitted = true
     pod.inflight++
-    const req = exchange.req
+    const client = exchange.client
+    if (this.options.maxPerClientPerPod > 0) pod.clients.set(client, (pod.clients.get(client) ?? 0) + 1)
     exchange.sent = false
-    pod.pool.dispatch({
-      path: exchange.path,
-      method: req.method ?? 'GET',
-      headers: exchange.headers,
-      body: exchange.hasBody ? req : null,
-      headersTimeout: this.options.headersTimeoutMs,
-      bodyTimeout: this.options.idleTimeoutMs,
-    }, exchange)
+    exchange.settled = false
+    pod.connections.submit(exchange)
+  }
+
+  /**
+   * The request no longer needs its pod: counts come off, and its connection (or queue place)
+   * is given back; a request undici has not finished is aborted (pod-connections.ts).
+   */
+  #release (exchange: Exchange): void {
+    if (!exchange.admitted) return
+    exchange.admitted = false
+    const pod = exchange.pod
+    pod.inflight--
+    if (this.options.maxPerClientPerPod > 0) {
+      const held = (pod.clients.get(exchange.client) ?? 1) - 1
+      if (held > 0) pod.clients.set(exchange.client, held)
+      else pod.clients.delete(exchange.client)
+    }
+    pod.connections.release(exchange, exchange.settled)
   }
 
   onUpstreamError (exchange: Exchange, err: Error & { code?: string }): void {
     const pod = exchange.pod
-    if (pod !== null) pod.inflight--
-    exchange.pod = null
+    this.#release(exchange)
     const code = err.code ?? ''
     if (!exchange.responded && !exchange.sent && !NOT_RETRIED.has(code) && exchange.attempt === 1 && !exchange.hostTargeted) {
       const next = this.options.pods.pick(pod)
-      if (next !== null && next.inflight < this.options.maxPendingPerPod) {
+      if (next !== null && this.#admission(next, exchange.client) === null) {
         exchange.attempt = 2
-        exchange.pod = next
-        exchange.log.debug({ err: code, from: pod?.target.identity, to: next.target.identity }, 'retrying request on another pod after a connect failure')
-        this.#dispatch(exchange)
+        exchange.log.debug({ err: code, from: pod.target.identity, to: next.target.identity }, 'retrying request on another pod after a connect failure')
+        this.#dispatch(exchange, next)
         return
       }
     }
     if (exchange.responded) {
       // The response had started: the only honest signal left is to cut the connection.
-      exchange.log.warn({ err: code || err.message, pod: pod?.target.identity }, 'upstream failed mid-response')
+      exchange.log.warn({ err: code || err.message, pod: pod.target.identity }, 'upstream failed mid-response')
       ;(exchange.res as ServerResponse).destroy()
       this.finish(exchange, 'upstream_error')
       return
     }
     const timeout = code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT'
-    exchange.log.warn({ err: code || err.message, pod: pod?.target.identity, attempt: exchange.attempt }, 'upstream request failed')
+    exchange.log.warn({ err: code || err.message, pod: pod.target.identity, attempt: exchange.attempt }, 'upstream request failed')
     this.fail(exchange, timeout ? 'upstream_timeout' : isInvalidResponse(err, code) ? 'upstream_invalid_response' : code === 'UND_ERR_INVALID_ARG' ? 'bad_request' : 'upstream_error')
   }
 
   /** The pod's response head could not be written to the client: 502 and abort upstream. */
   invalidResponse (exchange: Exchange, err: Error & { code?: string }): void {
-    exchange.log.warn({ err: err.code ?? err.message, pod: exchange.pod?.target.identity }, 'stargate target sent an invalid response')
+    exchange.log.warn({ err: err.code ?? err.message, pod: exchange.pod.target.identity }, 'stargate target sent an invalid response')
     const res = exchange.res as ServerResponse
     // writeHead may have stored some of the pod's fields before it threw.
     if (!res.headersSent) for (const name of res.getHeaderNames()) res.removeHeader(name)
     this.fail(exchange, 'upstream_invalid_response')
-    exchange.abort?.(err)
   }
 
   /** Answers with an error (or cuts the connection when the response had started). */
@@ -417,8 +633,8 @@ export class HttpForwarder {
     exchange.done = true
     if (exchange.timer !== null) clearTimeout(exchange.timer)
     this.stopReceiving(exchange)
-    if (exchange.pod !== null) exchange.pod.inflight--
-    exchange.pod = null
+    if (exchange.bodyBuffer !== null) this.#endBuffering(exchange)
+    this.#release(exchange)
     const { metrics } = this.options
     metrics.httpRequestsInFlight.dec()
     metrics.httpRequests.labels(outcome, statusClass(exchange.status === 0 ? 499 : exchange.status)).inc()
@@ -430,6 +646,7 @@ export class HttpForwarder {
 
   #reject (req: Req, res: Res, code: StaticHttpErrorCode, requestId: string): void {
     writeErrorResponse(req, res, code, requestId)
+    if (code === 'client_over_share') this.options.metrics.httpClientLimitRefusals.labels(code).inc()
     this.options.metrics.httpRequests.labels(code, statusClass(HTTP_ERRORS[code].status)).inc()
   }
 }
@@ -456,11 +673,12 @@ function writeError (res: Res, code: StaticHttpErrorCode, requestId: string, clo
   ]
   if (close && !h2) fields.push('connection', 'close')
   ;(res as ServerResponse).writeHead(HTTP_ERRORS[code].status, fields)
-  if (close && h2) res.once('finish', closeStreamNoError)
+  // The stream's own 'finish' (its response is sent): the compat response emits 'finish' only
+  // once the stream has closed, which a client still sending never lets happen.
+  if (close && h2) (res as Http2ServerResponse).stream.once('finish', closeStreamNoError)
   res.end(body)
 }
 
-function closeStreamNoError (this: Http2ServerResponse): void {
-  const stream = this.stream
-  if (!stream.closed && !stream.destroyed) stream.close(h2constants.NGHTTP2_NO_ERROR)
+function closeStreamNoError (this: ServerHttp2Stream): void {
+  if (!this.closed && !this.destroyed) this.close(h2constants.NGHTTP2_NO_ERROR)
 }

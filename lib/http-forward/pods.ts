@@ -1,22 +1,26 @@
 /**
- * The pods LLM client requests can go to, with an undici Pool each (SPEC §6). Rebuilt from
- * every snapshot: a pod keeps its pool while its address, port and upstream trust stay the
- * same; a pod that left, moved, or was dialled under a replaced trust bundle has its pool
- * closed (in-flight requests finish; new ones go to the new pool). Pods without an http port
- * are never candidates.
+ * The pods LLM client requests can go to, with their connections each (SPEC §6,
+ * pod-connections.ts). Rebuilt from every snapshot: a pod keeps its connections while its
+ * address, port and upstream trust stay the same; a pod that left, moved, or was dialled under
+ * a replaced trust bundle has them closed (requests holding or waiting for one finish; new
+ * ones go to the new set). Pods without an http port are never candidates.
  */
-import { Pool } from 'undici'
 import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { UpstreamTls } from '../control-plane/upstream-pool.ts'
+import { PodConnections } from './pod-connections.ts'
 
 export interface HttpPod {
   /** Replaced in place when only node/zone details of the same pod change. */
   target: PodTarget
   readonly httpPort: number
-  readonly pool: Pool
+  readonly connections: PodConnections
   readonly generation: number
-  /** Requests dispatched and not finished: the load the balancer compares. */
+  /** Requests holding or waiting for one of its connections: the load the balancer compares. */
   inflight: number
+  /** The same by client (client-address.ts), for the per-client share; entries at 0 are deleted. */
+  readonly clients: Map<string, number>
+  /** Its connections are closing (it left the snapshot or was replaced): take no new request. */
+  retired: boolean
 }
 
 export interface HttpPodsOptions {
@@ -28,7 +32,7 @@ export interface HttpPodsOptions {
   readonly serverName: (target: PodTarget) => string
   /** Grace for requests still running on a closed pool before it is destroyed. */
   readonly closeGraceMs: number
-  /** Connections per pod (undici queues requests beyond them; the forwarder bounds that queue). */
+  /** Connections per pod (requests beyond them wait in its FIFO; the forwarder bounds that). */
   readonly maxConnectionsPerPod: number
   readonly random?: () => number
 }
@@ -121,28 +125,29 @@ export class HttpPods {
   #create (target: PodTarget, httpPort: number, generation: number): HttpPod {
     const tls = this.#options.tls?.() ?? null
     const origin = `${tls === null ? 'http' : 'https'}://${target.host}:${httpPort}`
-    const pool = new Pool(origin, {
+    const connections = new PodConnections({
+      origin,
       connections: this.#options.maxConnectionsPerPod,
-      pipelining: 1,
-      keepAliveTimeout: this.#options.keepAliveTimeoutMs ?? 30_000,
+      keepAliveTimeoutMs: this.#options.keepAliveTimeoutMs ?? 30_000,
       connect: tls === null
         ? { timeout: this.#options.connectTimeoutMs }
         : { timeout: this.#options.connectTimeoutMs, secureContext: tls.secureContext, servername: this.#options.serverName(target) },
     })
-    // Pools report errors through each request's handler; nothing else to listen to.
-    pool.on('connectionError', () => {})
-    return { target, httpPort, pool, generation, inflight: 0 }
+    return { target, httpPort, connections, generation, inflight: 0, clients: new Map(), retired: false }
   }
 
   async #retire (pod: HttpPod, graceMs: number = this.#options.closeGraceMs): Promise<void> {
-    const timer = setTimeout(() => { void pod.pool.destroy() }, graceMs)
+    pod.retired = true
+    const timer = setTimeout(destroyConnections, graceMs, pod)
     timer.unref()
     try {
-      await pod.pool.close()
-    } catch {
-      // already destroyed
+      await pod.connections.close()
     } finally {
       clearTimeout(timer)
     }
   }
+}
+
+function destroyConnections (pod: HttpPod): void {
+  void pod.connections.destroy()
 }

@@ -14,6 +14,15 @@ import { createRawQuicMetrics, type RawQuicMetrics } from '../tunnel/raw-quic-me
 import { createLimitMetrics, type LimitMetrics } from './limits-metrics.ts'
 import { CONTAINED_CODES } from '../uncaught-errors.ts'
 
+/** Refusals of one client's request by a per-client limit (the error codes sent). */
+const CLIENT_LIMIT_REASONS = ['request_timeout', 'body_rate_too_low', 'body_deadline_exceeded', 'client_over_share'] as const
+
+/** LLM request bodies being read before their pod connection, and their bytes. */
+export interface BufferedBodies {
+  readonly requests: number
+  readonly bytes: number
+}
+
 export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly registry: Registry
   readonly webtransport: WebTransportMetrics
@@ -40,17 +49,23 @@ export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly httpRequestDuration: Histogram
   readonly httpTimeToFirstByte: Histogram
   readonly http2RapidResetCloses: Counter
+  readonly httpClientLimitRefusals: Counter<'reason'>
+  readonly httpBodiesBuffering: Gauge
+  readonly httpBodyBufferedBytes: Gauge
   readonly tlsHandshakeFailures: Counter<'listener'>
   /** Uncaught errors the process survived (lib/uncaught-errors.ts), by code. */
   readonly uncaughtErrors: Counter<'kind'>
   /** Where discovery_snapshot_age_seconds reads its value at scrape time. */
   setSnapshotAgeSource (source: () => number): void
+  /** Where the buffered request body gauges read their values at scrape time (the HTTP forwarder). */
+  setBufferedBodiesSource (source: () => BufferedBodies): void
 }
 
 export function createMetrics (registry: Registry = new Registry(), options: { defaultMetrics?: boolean } = {}): RouterMetrics {
   if (options.defaultMetrics !== false) collectDefaultMetrics({ register: registry })
   const define = defineMetrics(registry)
   let ageSource: (() => number) | null = null
+  let bodySource: (() => BufferedBodies) | null = null
   return {
     registry,
     ...createTlsMetrics(registry),
@@ -81,9 +96,13 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     httpRequestsInFlight: define.gauge('http_requests_in_flight', 'LLM client HTTP requests being forwarded right now'),
     httpRequestDuration: define.histogram('http_request_duration_seconds', 'Time from receiving an LLM client request to the end of its response (SSE streams included)', [0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 180, 600]),
     httpTimeToFirstByte: define.histogram('http_time_to_first_byte_seconds', 'Time from receiving an LLM client request to the pod\'s response headers', [0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]),
+    httpClientLimitRefusals: define.counter('http_client_limit_refusals_total', 'LLM client requests refused by a per-client limit, by reason: request_timeout (the body went silent), body_rate_too_low, body_deadline_exceeded, client_over_share (the client holds its share of the pod\'s connections)', { reason: CLIENT_LIMIT_REASONS }),
+    httpBodiesBuffering: define.gauge('http_request_bodies_buffering', 'LLM client requests whose body is being read before a pod connection is taken (--http-body-buffer-bytes)', {}, function () { if (bodySource !== null) this.set(bodySource().requests) }),
+    httpBodyBufferedBytes: define.gauge('http_request_body_buffered_bytes', 'Bytes of LLM client request bodies held in memory while they are read before a pod connection is taken', {}, function () { if (bodySource !== null) this.set(bodySource().bytes) }),
     http2RapidResetCloses: define.counter('http2_rapid_reset_closes_total', 'HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM because most of their streams were reset right after opening'),
     tlsHandshakeFailures: define.counter('tls_handshake_failures_total', 'Failed inbound TLS handshakes (bad or missing client certificate, protocol errors), by listener', { listener: ['front_door', 'webtransport'] }),
     uncaughtErrors: define.counter('uncaught_errors_total', 'Exceptions and promise rejections nobody caught that concerned one connection already closed or ended by its peer, by error code; the process kept serving (any other uncaught error ends it with exit 1)', { kind: CONTAINED_CODES }),
     setSnapshotAgeSource (source) { ageSource = source },
+    setBufferedBodiesSource (source) { bodySource = source },
   }
 }

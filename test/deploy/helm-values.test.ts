@@ -88,6 +88,12 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'http2-session-idle-timeout-ms': 600000,
   'tls-handshake-timeout-ms': 5000,
   'trusted-proxy-cidrs': ['10.0.0.0/8', 'fd00::/8'],
+  // Slow clients (SPEC §12)
+  'http-body-buffer-bytes': 131072,
+  'http-body-min-bytes-per-second': 512,
+  'http-body-rate-window-ms': 30000,
+  'http-body-deadline-ms': 600000,
+  'http-upstream-max-client-share-percent': 50,
 }
 
 /** Config field of a flag: camelCase of its name, except where the field is a plural. */

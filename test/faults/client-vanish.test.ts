@@ -66,7 +66,8 @@ t.test('clients vanishing at every phase cost only their own connection, and lea
 
     // Mid-body: an upload to a pod, and half a registration message.
     const upload = await secure('http/1.1')
-    upload.write('POST /echo HTTP/1.1\r\nhost: stargate-0.stargate.external\r\ncontent-length: 10000\r\n\r\n' + 'x'.repeat(100))
+    // Past the body buffer (64 KiB), so the upload is streaming to the pod when the client goes.
+    upload.write('POST /echo HTTP/1.1\r\nhost: stargate-0.stargate.external\r\ncontent-length: 1000000\r\n\r\n' + 'x'.repeat(70 * 1024))
     await waitFor(() => llm.requests.length >= round, { message: `round ${round}: the upload reached the pod` })
     await vanishAfter(upload)
     const half = await RawH2Client.connectTls(frontDoor, { ca: ca.certPem, servername: SNI })

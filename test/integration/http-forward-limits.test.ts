@@ -73,7 +73,8 @@ t.test('Expect: 100-continue with a body over the limit gets 413 before curl upl
 })
 
 t.test('beyond the per-pod connections and queue, requests get 503 upstream_busy', async (t) => {
-  const pods = await StubPods.start(t, { pods: ['stargate-0'], http: true, args: ['--http-upstream-max-connections', '1', '--http-upstream-max-queue', '1'] })
+  // One client fills the pod: its per-client share is lifted (that limit has its own tests).
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], http: true, args: ['--http-upstream-max-connections', '1', '--http-upstream-max-queue', '1', '--http-upstream-max-client-share-percent', '0'] })
   const port = pods.kube.frontDoorPort
   const llm = pods.llms.get('stargate-0')
   // One request holds the only connection, one waits in the queue.

@@ -78,6 +78,12 @@ const DEFAULTS: Config = {
   httpUpstreamMaxConnections: 1024,
   httpUpstreamMaxQueue: 1024,
   trustedProxyCidrs: [],
+  // Slow clients (SPEC §12)
+  httpBodyBufferBytes: 65536,
+  httpBodyMinBytesPerSecond: 1024,
+  httpBodyRateWindowMs: 60000,
+  httpBodyDeadlineMs: 900000,
+  httpUpstreamMaxClientSharePercent: 25,
   upstreamTlsSystemCa: false,
   frontDoorMaxConnections: 10000,
   httpKeepAliveTimeoutMs: 75000,
@@ -171,6 +177,12 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'http-keep-alive-timeout-ms': { value: '5000', expect: { httpKeepAliveTimeoutMs: 5000 } },
   'http2-session-idle-timeout-ms': { value: '60000', expect: { http2SessionIdleTimeoutMs: 60000 } },
   'tls-handshake-timeout-ms': { value: '3000', expect: { tlsHandshakeTimeoutMs: 3000 } },
+  // Slow clients (SPEC §12)
+  'http-body-buffer-bytes': { value: '0', expect: { httpBodyBufferBytes: 0 } },
+  'http-body-min-bytes-per-second': { value: '0', expect: { httpBodyMinBytesPerSecond: 0 } },
+  'http-body-rate-window-ms': { value: '5000', expect: { httpBodyRateWindowMs: 5000 } },
+  'http-body-deadline-ms': { value: '0', expect: { httpBodyDeadlineMs: 0 } },
+  'http-upstream-max-client-share-percent': { value: '100', expect: { httpUpstreamMaxClientSharePercent: 100 } },
 }
 
 t.test('every flag in the table has a sample value in this test', async (t) => {

@@ -37,6 +37,16 @@ t.test('per-pod connection and queue bounds are range-checked', async (t) => {
   t.equal(configOf(['--http-upstream-max-queue', '0']).httpUpstreamMaxQueue, 0, 'no queue at all is allowed')
 })
 
+t.test('slow-client limits are range-checked, and 0 turns each optional one off', async (t) => {
+  t.strictSame(errorOf(['--http-body-buffer-bytes', String(16 * 1024 * 1024 + 1)]), { flag: 'http-body-buffer-bytes', message: 'invalid --http-body-buffer-bytes 16777217: must be between 0 and 16777216' })
+  t.strictSame(errorOf(['--http-body-rate-window-ms', '99']), { flag: 'http-body-rate-window-ms', message: 'invalid --http-body-rate-window-ms 99: must be between 100 and 86400000' })
+  t.strictSame(errorOf(['--http-upstream-max-client-share-percent', '101']), { flag: 'http-upstream-max-client-share-percent', message: 'invalid --http-upstream-max-client-share-percent 101: must be between 0 and 100' })
+  t.strictSame(errorOf(['--http-body-min-bytes-per-second=-1']), { flag: 'http-body-min-bytes-per-second', message: "invalid --http-body-min-bytes-per-second '-1': expected a whole number" })
+  t.strictSame(errorOf(['--http-body-deadline-ms', '1.5']), { flag: 'http-body-deadline-ms', message: "invalid --http-body-deadline-ms '1.5': expected a whole number" })
+  const off = configOf(['--http-body-buffer-bytes', '0', '--http-body-min-bytes-per-second', '0', '--http-body-deadline-ms', '0', '--http-upstream-max-client-share-percent', '0'])
+  t.strictSame([off.httpBodyBufferBytes, off.httpBodyMinBytesPerSecond, off.httpBodyDeadlineMs, off.httpUpstreamMaxClientSharePercent], [0, 0, 0, 0])
+})
+
 t.test('--upstream-tls without a trust bundle is a start-up error unless the system store is asked for', async (t) => {
   t.strictSame(errorOf(['--upstream-tls']), {
     flag: 'upstream-tls',

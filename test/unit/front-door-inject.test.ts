@@ -42,6 +42,11 @@ function build (t: Test, targets: readonly PodTarget[], http?: HttpHandler): Bui
     idleTimeoutMs: 1000,
     requestTimeoutMs: 0,
     maxPendingPerPod: 8,
+    bodyBufferBytes: 65536,
+    bodyMinBytesPerSecond: 1024,
+    bodyRateWindowMs: 60_000,
+    bodyDeadlineMs: 900_000,
+    maxPerClientPerPod: 1,
     trustedProxies: new TrustedProxies([]),
     metrics: createMetrics(undefined, { defaultMetrics: false }),
   })
