@@ -424,7 +424,7 @@ export function helpText (): string {
     '',
   ]
   for (const spec of FLAGS) {
-    const value = spec.kind === 'bool' ? '' : spec.kind === 'int' ? ' <ms|n>' : ' <value>'
+    const value = spec.placeholder === undefined ? '' : ` <${spec.placeholder}>`
     const def = spec.default === undefined || spec.default === '' ? '' : ` (default ${spec.default})`
     const choices = spec.choices === undefined ? '' : ` [${spec.choices.join('|')}]`
     lines.push(`  --${spec.name}${value}${choices}${def}`)

@@ -481,6 +481,25 @@ t.test('--help returns the help text listing every flag, its environment variabl
   t.ok(lines.includes('  --help'))
 })
 
+// Issue 31: --help showed `<ms|n>` for every number, ports included.
+t.test('--help names what each value is: <port> for ports, <ms> for durations, <host:port> for addresses', async (t) => {
+  const lines = helpText().split('\n')
+  const shown = (flag: string): string | undefined => lines.find((line) => line.startsWith(`  --${flag} `) || line === `  --${flag}`)
+  for (const flag of ['advertised-grpc-port', 'peer-health-port']) t.match(shown(flag), new RegExp(`^  --${flag} <port> \\(default \\d+\\)$`), `--${flag}`)
+  t.match(shown('watch-heartbeat-ms'), /^ {2}--watch-heartbeat-ms <ms> \(default 5000\)$/)
+  t.match(shown('http-max-body-bytes'), /^ {2}--http-max-body-bytes <bytes> /)
+  t.match(shown('quic-max-connections'), /^ {2}--quic-max-connections <n> /)
+  t.match(shown('listen-addr'), /^ {2}--listen-addr <host:port> /)
+  t.match(shown('grpc-pylon-dial-addr'), /^ {2}--grpc-pylon-dial-addr <uri>$/)
+  t.equal(shown('quic-insecure'), '  --quic-insecure (default false)', 'a boolean takes no value')
+  t.notOk(lines.some((line) => line.includes('<ms|n>')), 'no flag shows <ms|n>')
+  for (const spec of FLAGS) {
+    if (spec.kind !== 'int') continue
+    const port = spec.name.endsWith('-port')
+    t.equal(spec.placeholder === 'port', port, `--${spec.name} ${port ? 'is' : 'is not'} shown as a port`)
+  }
+})
+
 t.test('--help wins over otherwise invalid configuration', async (t) => {
   t.equal(parseConfig(['--help', '--tls-cert-path', '/only-cert'], {}).kind, 'help')
 })
