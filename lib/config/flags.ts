@@ -103,7 +103,7 @@ export const FLAGS: readonly FlagSpec[] = [
   // Forwarding and relaying
   int('connect-timeout-ms', 5000, 'timeout for connecting to a Stargate pod'),
   int('grpc-max-message-bytes', 4194304, 'largest gRPC message a Pylon may send on a registration stream (RESOURCE_EXHAUSTED above it)'),
-  int('drain-grace-ms', 30000, 'how long a registration stream or a tunnel may outlive its target leaving the ready set'),
+  int('drain-grace-ms', 30000, 'how long a registration stream or a tunnel may outlive its pod terminating or leaving the Service (a pod that only turns unready keeps them)'),
   int('relay-idle-timeout-ms', 300000, 'idle timeout of relayed tunnel connections (> 0)'),
   int('relay-keep-alive-ms', 10000, 'keep-alive interval of relayed tunnel connections (< idle timeout; 0 disables)'),
   str('tunnel-protocol', 'raw-quic', 'reverse tunnel protocol on the tunnel port', { choices: ['raw-quic', 'webtransport'] }),
