@@ -82,18 +82,24 @@ function conditionsOf (endpoint: Json): Json {
  * Service lists a terminating pod as ready=true too, hence the terminating check.
  */
 export function isReady (endpoint: Json): boolean {
-  const conditions = conditionsOf(endpoint)
-  return conditions.ready !== false && conditions.terminating !== true
+  return readyIn(conditionsOf(endpoint))
 }
 
 /** serving (absent = same as ready): whether LLM client HTTP may go to the pod (SPEC §6). */
 export function isServing (endpoint: Json): boolean {
-  const conditions = conditionsOf(endpoint)
-  return typeof conditions.serving === 'boolean' ? conditions.serving : conditions.ready !== false
+  return servingIn(conditionsOf(endpoint))
 }
 
 export function isTerminating (endpoint: Json): boolean {
   return conditionsOf(endpoint).terminating === true
+}
+
+function readyIn (conditions: Json): boolean {
+  return conditions.ready !== false && conditions.terminating !== true
+}
+
+function servingIn (conditions: Json): boolean {
+  return typeof conditions.serving === 'boolean' ? conditions.serving : conditions.ready !== false
 }
 
 export function parseEndpointSlice (raw: unknown, ports: PortNames): ParsedSlice {
@@ -128,9 +134,10 @@ export function parseEndpointSlice (raw: unknown, ports: PortNames): ParsedSlice
     // Rule 4: the first address; it must be an address of the slice's family.
     const address = Array.isArray(endpoint.addresses) ? endpoint.addresses[0] : undefined
     if (typeof address !== 'string' || isIP(address) !== ipVersion) { skipped.push('no_address'); continue }
-    if (isTerminating(endpoint)) { observations.push({ identity, target: null }); continue }
-    const target = podTarget({ identity, namespace, address, grpcPort, quicPort, httpPort, nodeName: asString(endpoint.nodeName), zone: asString(endpoint.zone), serving: isServing(endpoint) })
-    observations.push({ identity, target: { target, ready: isReady(endpoint) } })
+    const conditions = conditionsOf(endpoint)
+    if (conditions.terminating === true) { observations.push({ identity, target: null }); continue }
+    const target = podTarget({ identity, namespace, address, grpcPort, quicPort, httpPort, nodeName: asString(endpoint.nodeName), zone: asString(endpoint.zone), serving: servingIn(conditions) })
+    observations.push({ identity, target: { target, ready: readyIn(conditions) } })
   }
   return { observations, skipped }
 }

@@ -27,10 +27,7 @@ export class SliceTargets extends IndexedSliceEvents<PodEndpoint> {
       },
       onUnnamed: () => { onSkipped?.('(unnamed)', ['malformed_slice']) },
       onChanged: (identities, index, listed) => {
-        for (const identity of identities) {
-          const winner = index.winner(identity)
-          store.stage(identity, winner?.target ?? null, winner === null || winner.ready ? 'ready' : 'unready')
-        }
+        for (const identity of identities) store.stageEndpoint(identity, index.winner(identity))
         if (listed) store.markInitialized()
       },
     })

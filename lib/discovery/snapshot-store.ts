@@ -36,7 +36,12 @@ export class SnapshotStore implements SnapshotReader {
    * or present but not ready (SPEC §3 rule 2). Published at the end of the tick.
    */
   stage (identity: string, target: PodTarget | null, state: 'ready' | 'unready' = 'ready'): void {
-    this.#pending.set(identity, target === null ? null : { target, ready: state === 'ready' })
+    this.stageEndpoint(identity, target === null ? null : { target, ready: state === 'ready' })
+  }
+
+  /** stage() for a source that already holds the endpoint (the EndpointSlice parser's). */
+  stageEndpoint (identity: string, endpoint: PodEndpoint | null): void {
+    this.#pending.set(identity, endpoint)
     this.#schedule()
   }
 
