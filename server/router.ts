@@ -72,11 +72,15 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
 
   const store = new SnapshotStore({ onListenerError: (err) => { logger.error({ err }, 'snapshot subscriber failed') } })
   store.subscribe((snapshot) => {
+    let notServing = 0
+    for (const target of snapshot.targets) if (!target.serving) notServing++
     metrics.discoveryTargets.set(snapshot.targets.length)
+    metrics.discoveryTargetsNotServing.set(notServing)
+    metrics.discoveryUnreadyPods.set(snapshot.unready.size)
     metrics.discoverySnapshotGeneration.set(snapshot.generation)
     if (snapshot.initialized) {
       metrics.discoverySnapshotPublishes.inc()
-      logger.info({ generation: snapshot.generation, targets: snapshot.targets.length, digest: snapshot.digest }, 'target snapshot published')
+      logger.info({ generation: snapshot.generation, targets: snapshot.targets.length, notServing, unready: snapshot.unready.size, digest: snapshot.digest }, 'target snapshot published')
     }
   })
 

@@ -93,14 +93,14 @@ function naiveRebuild (raw: ReadonlyMap<string, unknown>, generation: number): T
   const byIdentity = new Map<string, PodTarget>()
   for (const slice of raw.values()) {
     for (const o of parseEndpointSlice(slice, PORTS).observations) {
-      if (o.target === null) byIdentity.delete(o.identity)
-      else byIdentity.set(o.identity, o.target)
+      if (o.target === null || !o.target.ready) byIdentity.delete(o.identity)
+      else byIdentity.set(o.identity, o.target.target)
     }
   }
   const targets = [...byIdentity.values()].sort((a, b) => a.identity < b.identity ? -1 : a.identity > b.identity ? 1 : 0)
   let sum = 0n
   for (const t of targets) sum = (sum + targetHash(t)) % MOD
-  return Object.freeze({ initialized: true, generation, digest: sum.toString(16).padStart(32, '0'), targets: Object.freeze(targets), byIdentity })
+  return Object.freeze({ initialized: true, generation, digest: sum.toString(16).padStart(32, '0'), targets: Object.freeze(targets), byIdentity, unready: new Map() })
 }
 
 // The baseline gets its own copy of the cluster (same seed), so its updates and the

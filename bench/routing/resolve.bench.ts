@@ -12,7 +12,7 @@
  */
 import { batched, measureEach, Report, random } from '../_util.ts'
 import { SnapshotBuilder, UNINITIALIZED_SNAPSHOT } from '../../lib/discovery/snapshot.ts'
-import type { PodTarget, TargetSnapshot } from '../../lib/discovery/types.ts'
+import type { PodEndpoint, PodTarget, TargetSnapshot } from '../../lib/discovery/types.ts'
 import { compileHostnameTemplate } from '../../lib/routing/hostname-template.ts'
 import { resolveAuthority, type AuthorityRoute } from '../../lib/routing/resolve.ts'
 
@@ -25,7 +25,7 @@ const report = new Report('routing/resolve')
 
 function target (i: number, address = `10.64.${i >> 8}.${i & 255}`): PodTarget {
   const identity = `stargate-${i}`
-  return { identity, namespace: NAMESPACE, address, host: address, grpcPort: 50071, quicPort: 50072, httpPort: 8080, nodeName: `node-${i % 40}`, zone: `zone-${i % 3}` }
+  return { identity, namespace: NAMESPACE, address, host: address, grpcPort: 50071, quicPort: 50072, httpPort: 8080, nodeName: `node-${i % 40}`, zone: `zone-${i % 3}`, serving: true }
 }
 
 /**
@@ -37,12 +37,12 @@ function target (i: number, address = `10.64.${i >> 8}.${i & 255}`): PodTarget {
 const OVERLAY_CHANGES = 64
 function buildSnapshot (count: number): TargetSnapshot {
   const builder = new SnapshotBuilder()
-  const changes = new Map<string, PodTarget>()
-  for (let i = 0; i < count; i++) changes.set(`stargate-${i}`, target(i))
+  const changes = new Map<string, PodEndpoint>()
+  for (let i = 0; i < count; i++) changes.set(`stargate-${i}`, { target: target(i), ready: true })
   let snapshot = builder.next(UNINITIALIZED_SNAPSHOT, changes)
   for (let k = 0; k < OVERLAY_CHANGES && snapshot !== null; k++) {
     const i = (k * 131) % count
-    snapshot = builder.next(snapshot, new Map([[`stargate-${i}`, target(i, `10.65.${k}.${i & 255}`)]]))
+    snapshot = builder.next(snapshot, new Map([[`stargate-${i}`, { target: target(i, `10.65.${k}.${i & 255}`), ready: true }]]))
   }
   if (snapshot === null || snapshot.targets.length !== count) throw new Error('snapshot not built')
   return snapshot

@@ -222,8 +222,23 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
   if (discovery === 'file' && (targetsFile === null || targetsFile === '')) {
     throw new ConfigError('usage', 'targets-file', 'missing --targets-file: --discovery file needs a YAML or JSON file of targets')
   }
-  const grpcPylonDialAddr = required('grpc-pylon-dial-addr', str('grpc-pylon-dial-addr'),
-    'give the http:// or https:// URI Pylons dial to reach the routers, e.g. https://stargate-router.example.com:443')
+  // Upstream's shared URI parser is a clap value parser: a malformed URI is a usage error.
+  const dialRaw = str('grpc-pylon-dial-addr')
+  const dialCheck = checkExplicitUri(required('grpc-pylon-dial-addr', dialRaw === null ? null : dialRaw.trim(),
+    'give the http:// or https:// URI Pylons dial to reach the routers, e.g. https://stargate-router.example.com:443'))
+  if (!dialCheck.ok) {
+    throw new ConfigError('usage', 'grpc-pylon-dial-addr', `--grpc-pylon-dial-addr must be an explicit http:// or https:// URI: ${describeUriProblem(dialRaw ?? '', dialCheck.problem)}; e.g. https://stargate-router.example.com:443`)
+  }
+  const grpcPylonDialAddr = dialCheck.uri
+  const remote = get('remote-stargate-url')
+  const remoteSource = remote.from === '--remote-stargate-url' || remote.from === 'default' ? '--remote-stargate-url' : `--remote-stargate-url (${remote.from})`
+  const remoteChecks = (Array.isArray(remote.value) ? remote.value as readonly string[] : []).map((url) => {
+    const check = checkExplicitUri(url)
+    if (!check.ok) {
+      throw new ConfigError('usage', 'remote-stargate-url', `invalid ${remoteSource}: remote Watch URL must be an explicit http:// or https:// URI: ${describeUriProblem(url, check.problem)}; e.g. https://stargate-router.region-b.example.com:443`)
+    }
+    return check
+  })
 
   // Then what parses but cannot work (exit 1).
   const MAX_MS = 24 * 3600 * 1000
@@ -270,23 +285,13 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
       throw new ConfigError('invalid', 'enable-peer-discovery', 'invalid --enable-peer-discovery: set POD_IP or POD_NAME from the downward API (status.podIP, metadata.name) so the replica can exclude itself from its peers')
     }
   }
-  const dialCheck = checkExplicitUri(grpcPylonDialAddr)
-  if (!dialCheck.ok) {
-    throw new ConfigError('invalid', 'grpc-pylon-dial-addr', `--grpc-pylon-dial-addr must be an explicit http:// or https:// URI: ${describeUriProblem(grpcPylonDialAddr, dialCheck.problem)}; e.g. https://stargate-router.example.com:443`)
-  }
-  const remote = get('remote-stargate-url')
-  const remoteSource = remote.from === '--remote-stargate-url' || remote.from === 'default' ? '--remote-stargate-url' : `--remote-stargate-url (${remote.from})`
   const allowInsecureRemoteWatchHttp = bool('allow-insecure-remote-watch-http')
-  const remoteStargateUrls = Array.isArray(remote.value) ? remote.value as readonly string[] : []
-  for (const url of remoteStargateUrls) {
-    const check = checkExplicitUri(url)
-    if (!check.ok) {
-      throw new ConfigError('invalid', 'remote-stargate-url', `invalid ${remoteSource}: remote Watch URL must be an explicit http:// or https:// URI: ${describeUriProblem(url, check.problem)}`)
-    }
+  for (const check of remoteChecks) {
     if (check.scheme === 'http' && !allowInsecureRemoteWatchHttp) {
-      throw new ConfigError('invalid', 'remote-stargate-url', `invalid ${remoteSource} '${url}': http:// remote Watch URLs require --allow-insecure-remote-watch-http; use https:// or set that flag`)
+      throw new ConfigError('invalid', 'remote-stargate-url', `invalid ${remoteSource} '${check.uri}': http:// remote Watch URLs require --allow-insecure-remote-watch-http; use https:// or set that flag`)
     }
   }
+  const remoteStargateUrls = remoteChecks.map((check) => check.uri)
 
   // Repeatable, and comma-separated (get() splits lists as clap's value_delimiter does).
   const trustedValue = get('trusted-proxy-cidrs').value
@@ -431,7 +436,7 @@ export function helpText (): string {
     '',
   ]
   for (const spec of FLAGS) {
-    const value = spec.kind === 'bool' ? '' : spec.kind === 'int' ? ' <ms|n>' : ' <value>'
+    const value = spec.placeholder === undefined ? '' : ` <${spec.placeholder}>`
     const def = spec.default === undefined || spec.default === '' ? '' : ` (default ${spec.default})`
     const choices = spec.choices === undefined ? '' : ` [${spec.choices.join('|')}]`
     lines.push(`  --${spec.name}${value}${choices}${def}`)

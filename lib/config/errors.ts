@@ -12,13 +12,13 @@ export const STARTUP_ERRORS = {
   usage: {
     exit: 2,
     message: 'e.g. invalid --advertised-grpc-port \'abc\': expected a whole number',
-    meaning: 'the command line or an environment variable cannot be read as the flags\' types: an unknown flag, a flag without its value, a value of the wrong type, a missing required flag (clap\'s usage errors)',
+    meaning: 'the command line or an environment variable cannot be read as the flags\' types: an unknown flag, a flag without its value, a value of the wrong type (a number, a choice, host:port, an explicit http(s) URI), a missing required flag (clap\'s usage errors)',
     action: 'fix the flag the message names; `--help` lists them all with their environment variables',
   },
   invalid: {
     exit: 1,
     message: 'e.g. missing --tls-key-path: --tls-cert-path and --tls-key-path must be given together',
-    meaning: 'every value parses but the configuration is not usable (flags that need each other, a bad hostname template or URI)',
+    meaning: 'every value parses but the configuration is not usable (flags that need each other, a bad hostname template, an http:// remote Watch URL without its opt-in)',
     action: 'do what the message says; docs/configuration.md describes every flag',
   },
   no_kube_config: {

@@ -18,6 +18,8 @@ export interface FlagSpec {
   readonly help: string
   /** Allowed values for enumerated string flags. */
   readonly choices?: readonly string[]
+  /** What the value is, as `--help` shows it (`<port>`, `<ms>`); absent for booleans. */
+  readonly placeholder?: string
 }
 
 /** STARGATE_ + upper-snake name, the rule of SPEC §2. */
@@ -29,13 +31,24 @@ interface FlagExtra {
   /** Environment variables read after the STARGATE_ one. */
   readonly env?: readonly string[]
   readonly choices?: readonly string[]
+  /** The value's placeholder in `--help`; default by kind (see flag()). */
+  readonly placeholder?: string
+}
+
+/** `--help`'s placeholder for a flag without its own: a duration, a size, a count, text. */
+function placeholderOf (name: string, kind: FlagKind): string | undefined {
+  if (kind === 'bool') return undefined
+  if (kind !== 'int') return 'value'
+  if (name.endsWith('-ms')) return 'ms'
+  if (name.endsWith('-bytes')) return 'bytes'
+  return 'n'
 }
 
 function flag (name: string, kind: FlagKind, defaultValue: string | undefined, help: string, extra: FlagExtra): FlagSpec {
   const env = [envNameOf(name), ...(extra.env ?? [])]
-  return extra.choices === undefined
-    ? { name, kind, env, default: defaultValue, help }
-    : { name, kind, env, default: defaultValue, help, choices: extra.choices }
+  const placeholder = extra.placeholder ?? placeholderOf(name, kind)
+  const spec: FlagSpec = placeholder === undefined ? { name, kind, env, default: defaultValue, help } : { name, kind, env, default: defaultValue, help, placeholder }
+  return extra.choices === undefined ? spec : { ...spec, choices: extra.choices }
 }
 
 // One builder per kind, so a default is written as the value it is (the compiler checks that an
@@ -49,6 +62,11 @@ function int (name: string, defaultValue: number, help: string): FlagSpec {
   return flag(name, 'int', String(defaultValue), help, {})
 }
 
+/** A TCP or UDP port number: an int shown as `<port>`. */
+function port (name: string, defaultValue: number, help: string): FlagSpec {
+  return flag(name, 'int', String(defaultValue), help, { placeholder: 'port' })
+}
+
 function bool (name: string, defaultValue: boolean, help: string): FlagSpec {
   return flag(name, 'bool', String(defaultValue), help, {})
 }
@@ -60,14 +78,14 @@ function list (name: string, help: string, extra: FlagExtra = {}): FlagSpec {
 
 export const FLAGS: readonly FlagSpec[] = [
   // Listeners (Rust names and defaults)
-  str('listen-addr', '0.0.0.0:50071', 'front door (TCP): gRPC control plane and LLM client HTTP, cleartext h2c + HTTP/1.1 unless --front-door-tls'),
-  str('reverse-tunnel-listen-addr', '0.0.0.0:50072', 'reverse tunnels: QUIC on UDP, WebTransport over HTTP/2 on TCP with the same port'),
-  str('health-listen-addr', '0.0.0.0:8080', '/livez, /readyz, /metrics, /debug/* (plain HTTP)'),
+  str('listen-addr', '0.0.0.0:50071', 'front door (TCP): gRPC control plane and LLM client HTTP, cleartext h2c + HTTP/1.1 unless --front-door-tls', { placeholder: 'host:port' }),
+  str('reverse-tunnel-listen-addr', '0.0.0.0:50072', 'reverse tunnels: QUIC on UDP, WebTransport over HTTP/2 on TCP with the same port', { placeholder: 'host:port' }),
+  str('health-listen-addr', '0.0.0.0:8080', '/livez, /readyz, /metrics, /debug/* (plain HTTP)', { placeholder: 'host:port' }),
 
   // Discovery
   str('discovery', 'kubernetes', 'where targets come from: EndpointSlices of the target Service, or a file', { choices: ['kubernetes', 'file'] }),
   str('target-namespace', undefined, 'namespace of the Stargate Service (required with --discovery kubernetes)', { env: ['POD_NAMESPACE'] }),
-  str('target-service-name', 'stargate-headless', 'Service whose EndpointSlices list the Stargate pods (it must respect readiness)'),
+  str('target-service-name', 'stargate-headless', 'Service whose EndpointSlices list the Stargate pods; may publish not-ready addresses (warming pods then take Pylons, never LLM client HTTP)'),
   str('targets-file', undefined, 'YAML or JSON file of targets, required with --discovery file'),
   str('grpc-port-name', 'grpc', 'EndpointSlice port name (TCP) of the Stargate gRPC port'),
   str('quic-port-name', 'quic', 'EndpointSlice port name (UDP) of the Stargate QUIC tunnel port'),
@@ -76,16 +94,16 @@ export const FLAGS: readonly FlagSpec[] = [
 
   // Advertisement
   str('advertised-hostname-template', '{pod_name}.stargate.external', 'host advertised per pod and matched on :authority and SNI; must contain {pod_name}, may contain {namespace}'),
-  int('advertised-grpc-port', 50071, 'port after the rendered host in advertise_addr, the :authority Pylons register with (> 0)'),
-  str('grpc-pylon-dial-addr', undefined, 'required: the explicit http:// or https:// URI Pylons dial to reach the routers (e.g. the Gateway), written into every StargateInfo.grpc_pylon_dial_addr'),
-  list('remote-stargate-url', 'repeatable (or comma-separated): an explicit http(s) URI of another region\'s WatchStargates, sent sorted and deduplicated in watch_stargate_urls', { env: ['STARGATE_REMOTE_WATCH_URLS'] }),
+  port('advertised-grpc-port', 50071, 'port after the rendered host in advertise_addr, the :authority Pylons register with (> 0)'),
+  str('grpc-pylon-dial-addr', undefined, 'required: the explicit http:// or https:// URI Pylons dial to reach the routers (e.g. the Gateway), written into every StargateInfo.grpc_pylon_dial_addr', { placeholder: 'uri' }),
+  list('remote-stargate-url', 'repeatable (or comma-separated): an explicit http(s) URI of another region\'s WatchStargates, sent sorted and deduplicated in watch_stargate_urls', { env: ['STARGATE_REMOTE_WATCH_URLS'], placeholder: 'uri' }),
   bool('allow-insecure-remote-watch-http', false, 'allow http:// (cleartext) --remote-stargate-url values; without it they fail start-up'),
-  int('watch-heartbeat-ms', 5000, 're-send the unchanged Stargate set to watchers at least this often (> 0)'),
+  int('watch-heartbeat-ms', 5000, 're-send the unchanged Stargate set to a watcher this long after its last message (> 0)'),
 
   // Forwarding and relaying
   int('connect-timeout-ms', 5000, 'timeout for connecting to a Stargate pod'),
   int('grpc-max-message-bytes', 4194304, 'largest gRPC message a Pylon may send on a registration stream (RESOURCE_EXHAUSTED above it)'),
-  int('drain-grace-ms', 30000, 'how long a registration stream or a tunnel may outlive its target leaving the ready set'),
+  int('drain-grace-ms', 30000, 'how long a registration stream or a tunnel may outlive its pod terminating or leaving the Service (a pod that only turns unready keeps them)'),
   int('relay-idle-timeout-ms', 300000, 'idle timeout of relayed tunnel connections (> 0)'),
   int('relay-keep-alive-ms', 10000, 'keep-alive interval of relayed tunnel connections (< idle timeout; 0 disables)'),
   str('tunnel-protocol', 'raw-quic', 'reverse tunnel protocol on the tunnel port', { choices: ['raw-quic', 'webtransport'] }),
@@ -121,7 +139,7 @@ export const FLAGS: readonly FlagSpec[] = [
   str('peer-service', undefined, 'the router\'s own Service, required with --enable-peer-discovery'),
   str('peers-file', undefined, 'YAML or JSON file of peer routers for runs without Kubernetes (instead of --peer-service)'),
   str('peer-health-port-name', 'health', 'EndpointSlice port name of the peers\' health port'),
-  int('peer-health-port', 8080, 'health port of peers whose slice lacks --peer-health-port-name'),
+  port('peer-health-port', 8080, 'health port of peers whose slice lacks --peer-health-port-name'),
   int('peer-check-interval-ms', 10000, 'how often each peer\'s /debug/snapshot is compared with ours'),
   int('peer-check-timeout-ms', 2000, 'timeout of one peer snapshot check'),
   int('peer-divergence-grace-ms', 30000, 'how long a peer\'s snapshot digest may differ from ours before it is reported divergent'),

@@ -38,7 +38,7 @@ export const GRPC_ERRORS = {
     status: GrpcStatus.UNAVAILABLE,
     outcome: 'target_unavailable',
     message: 'target stargate {target} is not ready',
-    meaning: 'the :authority names a pod that is not in the ready set (starting, terminating or gone)',
+    meaning: 'the :authority names a pod that is not a target: its endpoint is not ready (starting or failing readiness behind a readiness-respecting Service), it is terminating, or it is gone',
     action: 'none: the Pylon retries; if it persists, check the pod\'s readiness and its EndpointSlice',
   },
   // Registration: the Pylon's messages (checked as they pass, never decoded)
@@ -110,7 +110,7 @@ export const GRPC_ERRORS = {
     status: GrpcStatus.UNAVAILABLE,
     outcome: 'drained',
     message: 'target stargate {target} left the ready set',
-    meaning: 'the pod left the ready set and did not come back within --drain-grace-ms',
+    meaning: 'the pod started terminating or left the Service and did not come back within --drain-grace-ms (a pod that only turns unready keeps its streams)',
     action: 'none: the Pylon registers with another stargate',
   },
   // Both RPCs

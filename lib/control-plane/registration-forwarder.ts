@@ -21,7 +21,7 @@
 import http2, { type ClientHttp2Stream, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { resolveAuthority } from '../routing/resolve.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
-import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
+import { presentTarget, type PodTarget, type SnapshotReader, type TargetSnapshot } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
 import { respondWithStatus } from './grpc.ts'
@@ -216,7 +216,7 @@ function upstreamHeaders (rawHeaders: readonly string[], scheme: string): string
 
 export class RegistrationForwarder {
   readonly #options: RegistrationForwarderOptions
-  /** Open splices by target identity, to drain them when their pod leaves the ready set. */
+  /** Open splices by target identity, to drain them when their pod terminates or leaves the Service. */
   readonly #byIdentity = new Map<string, Set<Splice>>()
   readonly #unsubscribe: () => void
   #closed = false
@@ -376,7 +376,8 @@ export class RegistrationForwarder {
   #onSnapshot (snapshot: TargetSnapshot): void {
     if (!snapshot.initialized) return
     for (const [identity, set] of this.#byIdentity) {
-      const present = snapshot.byIdentity.has(identity)
+      // A pod that merely turned unready keeps its streams, as upstream: only terminating or gone drains.
+      const present = presentTarget(snapshot, identity) !== undefined
       for (const splice of set) {
         if (present && splice.drainTimer !== null) {
           clearTimeout(splice.drainTimer)

@@ -164,11 +164,13 @@ export class UpstreamPool {
     return this.#connect(target, key)
   }
 
-  /** Closes sessions (gracefully) whose target is not in the snapshot at that address any more. */
+  /** Closes sessions (gracefully) whose pod is not present in the snapshot at that address any more. */
   #retain (snapshot: TargetSnapshot): void {
     if (!snapshot.initialized) return
     const live = new Set<string>()
     for (const target of snapshot.targets) live.add(keyOf(target))
+    // An unready pod keeps its registrations, so it keeps the sessions that carry them.
+    for (const target of snapshot.unready.values()) live.add(keyOf(target))
     for (const [key, list] of this.#sessions) {
       if (live.has(key)) continue
       for (const pooled of list) pooled.session.close()

@@ -5,6 +5,12 @@
  * frame per advertised set is shared by every watcher (encode once, write many). A watcher
  * whose stream is congested holds at most one pending frame, always the latest: every
  * message is a full set, so an intermediate one can be skipped without losing anything.
+ *
+ * Heartbeats: each watcher gets the set again --watch-heartbeat-ms after the last message
+ * written to it (as upstream), from a timer of its own that every write refresh()es. Node keeps
+ * timers of one duration in a single list ordered by expiry under one OS timer, so this costs
+ * a list move per write, not a timer per message; a shared interval instead let a gap reach
+ * 1.5 heartbeats (a message just after one tick skipped the next).
  */
 import type { ServerHttp2Stream } from 'node:http2'
 import { create, toBinary } from '@bufbuild/protobuf'
@@ -27,7 +33,25 @@ export interface WatchStargatesOptions {
   readonly heartbeatMs: number
   readonly metrics: RouterMetrics
   readonly logger: Logger
-  readonly now?: () => number
+  /** Where heartbeat timers come from: Node's timers, or a test clock. */
+  readonly timers?: HeartbeatTimers
+}
+
+/** A timer the hub re-arms with refresh() (Node's Timeout has both methods). */
+export interface HeartbeatTimer {
+  refresh (): unknown
+  unref (): unknown
+}
+
+/** The two timer calls the hub makes, so a test can drive heartbeats with a clock of its own. */
+export interface HeartbeatTimers {
+  setTimeout<A> (callback: (arg: A) => void, ms: number, arg: A): HeartbeatTimer
+  clearTimeout (timer: HeartbeatTimer): void
+}
+
+const NODE_TIMERS: HeartbeatTimers = {
+  setTimeout: (callback, ms, arg) => setTimeout(callback, ms, arg),
+  clearTimeout: (timer) => { clearTimeout(timer as NodeJS.Timeout) },
 }
 
 type SendReason = 'initial' | 'change' | 'heartbeat'
@@ -37,7 +61,8 @@ class Watcher {
   readonly hub: WatchStargatesHub
   pending: Buffer | null = null
   blocked = false
-  lastSentAt = 0
+  /** Fires --watch-heartbeat-ms after the last message written (refreshed on every write). */
+  heartbeat: HeartbeatTimer | null = null
 
   constructor (hub: WatchStargatesHub, stream: ServerHttp2Stream) {
     this.hub = hub
@@ -56,6 +81,10 @@ function onWatcherDrain (this: ServerHttp2Stream): void {
   }
 }
 
+function onHeartbeat (watcher: Watcher): void {
+  watcher.hub.heartbeat(watcher)
+}
+
 function onWatcherClose (this: ServerHttp2Stream): void {
   const watcher = watchers.get(this)
   if (watcher !== undefined) watcher.hub.remove(watcher)
@@ -68,22 +97,17 @@ export const SHUTDOWN_MESSAGE: string = GRPC_ERRORS.shutting_down.message
 
 export class WatchStargatesHub {
   readonly #options: WatchStargatesOptions
+  readonly #timers: HeartbeatTimers
   readonly #watchers = new Set<Watcher>()
-  readonly #now: () => number
   #frame: Buffer | null = null
   #advertised: TargetSnapshot | null = null
-  #timer: NodeJS.Timeout | null = null
   #unsubscribe: (() => void) | null = null
   #closed = false
 
   constructor (options: WatchStargatesOptions) {
     this.#options = options
-    this.#now = options.now ?? Date.now
+    this.#timers = options.timers ?? NODE_TIMERS
     this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
-    if (options.heartbeatMs > 0) {
-      this.#timer = setInterval(() => { this.#heartbeat() }, options.heartbeatMs)
-      this.#timer.unref()
-    }
   }
 
   get size (): number {
@@ -119,12 +143,33 @@ export class WatchStargatesHub {
       watcher.pending = frame
       return
     }
-    watcher.lastSentAt = this.#now()
     this.#options.metrics.watchMessagesSent.labels(reason).inc()
     if (!watcher.stream.write(frame)) watcher.blocked = true
+    if (watcher.heartbeat === null) {
+      watcher.heartbeat = this.#timers.setTimeout(onHeartbeat, this.#options.heartbeatMs, watcher)
+      watcher.heartbeat.unref()
+    } else {
+      watcher.heartbeat.refresh()
+    }
+  }
+
+  /** The heartbeat of one watcher is due: the current set again (pending if congested). */
+  heartbeat (watcher: Watcher): void {
+    const frame = this.#frame
+    if (frame === null || this.#closed || !this.#watchers.has(watcher)) return
+    // Ended or torn down, its 'close' not yet emitted: nothing may be written any more.
+    if (watcher.stream.writableEnded || watcher.stream.destroyed) return
+    if (watcher.blocked) {
+      // The drain writes it (and re-arms the timer); a newer pending change is the same set or newer.
+      watcher.pending ??= frame
+      return
+    }
+    this.write(watcher, frame, 'heartbeat')
   }
 
   remove (watcher: Watcher): void {
+    if (watcher.heartbeat !== null) this.#timers.clearTimeout(watcher.heartbeat)
+    watcher.heartbeat = null
     if (this.#watchers.delete(watcher)) this.#options.metrics.watchStreamsActive.dec()
   }
 
@@ -132,7 +177,7 @@ export class WatchStargatesHub {
   close (message = SHUTDOWN_MESSAGE): void {
     if (this.#closed) return
     this.#closed = true
-    if (this.#timer !== null) clearInterval(this.#timer)
+    for (const watcher of this.#watchers) if (watcher.heartbeat !== null) this.#timers.clearTimeout(watcher.heartbeat)
     this.#unsubscribe?.()
     for (const watcher of this.#watchers) endWithStatus(watcher.stream, GRPC_ERRORS.shutting_down.status, message)
   }
@@ -149,16 +194,6 @@ export class WatchStargatesHub {
     if (this.#frame !== null && this.#frame.equals(frame)) return // an address change advertises nothing new
     this.#frame = frame
     for (const watcher of this.#watchers) this.write(watcher, frame, 'change')
-  }
-
-  #heartbeat (): void {
-    const frame = this.#frame
-    if (frame === null) return
-    // Watchers that got a message recently are skipped; each gets one at least every heartbeat.
-    const due = this.#now() - this.#options.heartbeatMs / 2
-    for (const watcher of this.#watchers) {
-      if (watcher.lastSentAt <= due) this.write(watcher, frame, 'heartbeat')
-    }
   }
 }
 

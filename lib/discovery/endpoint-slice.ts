@@ -3,7 +3,7 @@
  * to the observations it makes about pods. Pure; no I/O.
  */
 import { isIP } from 'node:net'
-import { podTarget, type PodTarget, type PortNames } from './types.ts'
+import { podTarget, type PodEndpoint, type PortNames } from './types.ts'
 import { isRoutableIdentity } from '../routing/hostname-template.ts'
 
 /** Bounded label values of stargate_k8s_router_endpointslice_skipped_total. */
@@ -19,10 +19,13 @@ export const SKIP_REASONS = [
 ] as const
 export type SkipReason = typeof SKIP_REASONS[number]
 
-/** What one slice says about one pod: ready with a target, or present but not ready. */
+/**
+ * What one slice says about one pod: its endpoint (a target, or present but not ready), or
+ * null when it is terminating (on its way out: treated as gone).
+ */
 export interface Observation {
   readonly identity: string
-  readonly target: PodTarget | null
+  readonly target: PodEndpoint | null
 }
 
 export interface ParsedSlice {
@@ -67,13 +70,36 @@ export function identityOf (endpoint: Json): string | null {
   return asString(ref.name)
 }
 
-/** Rule 2: ready (absent = true) and serving (absent = ready) and not terminating (absent = false). */
+function conditionsOf (endpoint: Json): Json {
+  return asObject(endpoint.conditions) ?? {}
+}
+
+/**
+ * Rule 2: ready (absent = true) and not terminating (absent = false), whatever serving says,
+ * as upstream since stargate v0.14.2 (NVIDIA/nvcf#1271, fix 148daaf6). Behind a
+ * publishNotReadyAddresses Service Kubernetes lists a warming pod as ready=true,
+ * serving=false; it must get its Pylons before gateway traffic, so it is a target. Such a
+ * Service lists a terminating pod as ready=true too, hence the terminating check.
+ */
 export function isReady (endpoint: Json): boolean {
-  const conditions = asObject(endpoint.conditions) ?? {}
-  const ready = conditions.ready !== false
-  const serving = typeof conditions.serving === 'boolean' ? conditions.serving : ready
-  const terminating = conditions.terminating === true
-  return ready && serving && !terminating
+  return readyIn(conditionsOf(endpoint))
+}
+
+/** serving (absent = same as ready): whether LLM client HTTP may go to the pod (SPEC §6). */
+export function isServing (endpoint: Json): boolean {
+  return servingIn(conditionsOf(endpoint))
+}
+
+export function isTerminating (endpoint: Json): boolean {
+  return conditionsOf(endpoint).terminating === true
+}
+
+function readyIn (conditions: Json): boolean {
+  return conditions.ready !== false && conditions.terminating !== true
+}
+
+function servingIn (conditions: Json): boolean {
+  return typeof conditions.serving === 'boolean' ? conditions.serving : conditions.ready !== false
 }
 
 export function parseEndpointSlice (raw: unknown, ports: PortNames): ParsedSlice {
@@ -108,9 +134,10 @@ export function parseEndpointSlice (raw: unknown, ports: PortNames): ParsedSlice
     // Rule 4: the first address; it must be an address of the slice's family.
     const address = Array.isArray(endpoint.addresses) ? endpoint.addresses[0] : undefined
     if (typeof address !== 'string' || isIP(address) !== ipVersion) { skipped.push('no_address'); continue }
-    if (!isReady(endpoint)) { observations.push({ identity, target: null }); continue }
-    const target = podTarget({ identity, namespace, address, grpcPort, quicPort, httpPort, nodeName: asString(endpoint.nodeName), zone: asString(endpoint.zone) })
-    observations.push({ identity, target })
+    const conditions = conditionsOf(endpoint)
+    if (conditions.terminating === true) { observations.push({ identity, target: null }); continue }
+    const target = podTarget({ identity, namespace, address, grpcPort, quicPort, httpPort, nodeName: asString(endpoint.nodeName), zone: asString(endpoint.zone), serving: servingIn(conditions) })
+    observations.push({ identity, target: { target, ready: readyIn(conditions) } })
   }
   return { observations, skipped }
 }

@@ -9,6 +9,7 @@
  *       quicPort: 50052
  *       httpPort: 8000              # optional
  *       namespace: stargate         # optional, default --target-namespace
+ *       serving: false              # optional, default true: a warming pod (no LLM client HTTP)
  *
  * Bad entries are skipped and logged; a file that cannot be used at all (too large, not
  * YAML/JSON, wrong shape) keeps the last good snapshot.
@@ -35,7 +36,8 @@ function checkTarget (e: Readonly<Record<string, unknown>>, where: string, defau
   if (namespace === null) return { ok: false, problem: `${where} (${identity}): namespace must be a lower-case DNS label` }
   const nodeName = typeof e.nodeName === 'string' ? e.nodeName : null
   const zone = typeof e.zone === 'string' ? e.zone : null
-  const value = podTarget({ identity, namespace, address, grpcPort, quicPort, httpPort, nodeName, zone })
+  if (e.serving !== undefined && e.serving !== null && typeof e.serving !== 'boolean') return { ok: false, problem: `${where} (${identity}): serving must be true or false` }
+  const value = podTarget({ identity, namespace, address, grpcPort, quicPort, httpPort, nodeName, zone, serving: e.serving !== false })
   return { ok: true, id: identity, value }
 }
 

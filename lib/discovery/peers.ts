@@ -10,8 +10,8 @@
  * Invariants:
  * - A peer is `{ id, address, port }`; id is `namespace/name` of the endpoint's Pod
  *   targetRef, else `namespace/<address>` (an endpoint without a Pod is still a replica).
- * - Only ready endpoints are peers, with the same readiness as Stargate targets (§3 rule 2:
- *   absent `ready` means ready; serving-but-terminating is out).
+ * - Only ready endpoints are peers, by the same rule as Stargate targets (§3 rule 2: `ready`,
+ *   absent meaning ready, and not terminating, whatever `serving` says).
  * - This replica is never its own peer: an endpoint whose address is POD_IP, or whose Pod is
  *   POD_NAME, is left out (either suffices; the config requires at least one with a Service).
  * - The health port is the slice's port named --peer-health-port-name; a slice without it

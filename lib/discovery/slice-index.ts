@@ -5,9 +5,9 @@
  * adapter feeds slice events in, and gets back the identities whose winner may have changed.
  * Generic in what a ready endpoint becomes: Stargate targets, or router peers (peers.ts).
  */
-import type { PodTarget } from './types.ts'
+import type { PodEndpoint } from './types.ts'
 
-/** What one slice says about one identity: ready with a value, or present but not ready. */
+/** What one slice says about one identity: a value, or null when it takes no part (not ready, terminating). */
 export interface SliceObservation<T> {
   readonly identity: string
   readonly target: T | null
@@ -19,7 +19,7 @@ interface SliceEntry<T> {
   readonly observations: ReadonlyMap<string, SliceObservation<T>>
 }
 
-export class SliceIndex<T = PodTarget> {
+export class SliceIndex<T = PodEndpoint> {
   #seq = 0
   readonly #slices = new Map<string, SliceEntry<T>>()
   /** identity -> keys of the slices that mention it (almost always one). */

@@ -7,7 +7,7 @@
 import { parseEndpointSlice, type SkipReason } from './endpoint-slice.ts'
 import { IndexedSliceEvents } from './slice-events.ts'
 import type { SnapshotStore } from './snapshot-store.ts'
-import type { PodTarget, PortNames } from './types.ts'
+import type { PodEndpoint, PortNames } from './types.ts'
 
 export interface SliceTargetsOptions {
   readonly store: SnapshotStore
@@ -16,7 +16,7 @@ export interface SliceTargetsOptions {
   readonly onSkipped?: (slice: string, reasons: readonly SkipReason[]) => void
 }
 
-export class SliceTargets extends IndexedSliceEvents<PodTarget> {
+export class SliceTargets extends IndexedSliceEvents<PodEndpoint> {
   constructor (options: SliceTargetsOptions) {
     const { store, ports, onSkipped } = options
     super({
@@ -27,7 +27,7 @@ export class SliceTargets extends IndexedSliceEvents<PodTarget> {
       },
       onUnnamed: () => { onSkipped?.('(unnamed)', ['malformed_slice']) },
       onChanged: (identities, index, listed) => {
-        for (const identity of identities) store.stage(identity, index.winner(identity))
+        for (const identity of identities) store.stageEndpoint(identity, index.winner(identity))
         if (listed) store.markInitialized()
       },
     })

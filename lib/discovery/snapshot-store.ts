@@ -6,13 +6,13 @@
  * use the SnapshotReader side.
  */
 import { SnapshotBuilder, UNINITIALIZED_SNAPSHOT } from './snapshot.ts'
-import type { PodTarget, SnapshotListener, SnapshotReader, TargetSnapshot } from './types.ts'
+import type { PodEndpoint, PodTarget, SnapshotListener, SnapshotReader, TargetSnapshot } from './types.ts'
 
 export class SnapshotStore implements SnapshotReader {
   #current: TargetSnapshot = UNINITIALIZED_SNAPSHOT
   readonly #listeners = new Set<SnapshotListener>()
   readonly #builder = new SnapshotBuilder()
-  #pending = new Map<string, PodTarget | null>()
+  #pending = new Map<string, PodEndpoint | null>()
   #initialize = false
   #scheduled = false
   readonly #onListenerError: (err: unknown) => void
@@ -31,9 +31,17 @@ export class SnapshotStore implements SnapshotReader {
     return () => { this.#listeners.delete(listener) }
   }
 
-  /** Records that identity now has this ready target (or none). Published at end of tick. */
-  stage (identity: string, target: PodTarget | null): void {
-    this.#pending.set(identity, target)
+  /**
+   * Records that identity now has this target (null: the pod is gone or terminating), ready
+   * or present but not ready (SPEC §3 rule 2). Published at the end of the tick.
+   */
+  stage (identity: string, target: PodTarget | null, state: 'ready' | 'unready' = 'ready'): void {
+    this.stageEndpoint(identity, target === null ? null : { target, ready: state === 'ready' })
+  }
+
+  /** stage() for a source that already holds the endpoint (the EndpointSlice parser's). */
+  stageEndpoint (identity: string, endpoint: PodEndpoint | null): void {
+    this.#pending.set(identity, endpoint)
     this.#schedule()
   }
 

@@ -9,7 +9,7 @@
  * same targets report the same digest (peer divergence checks compare it).
  */
 import { hash } from 'node:crypto'
-import type { PodTarget, TargetSnapshot } from './types.ts'
+import type { PodEndpoint, PodTarget, TargetSnapshot } from './types.ts'
 
 /** Changes an overlay may hold before they are merged into a new base map. */
 const MAX_OVERLAY = 128
@@ -131,6 +131,7 @@ export const UNINITIALIZED_SNAPSHOT: TargetSnapshot = Object.freeze({
   digest: '',
   targets: Object.freeze([]) as readonly PodTarget[],
   byIdentity: TargetMap.EMPTY,
+  unready: TargetMap.EMPTY,
 })
 
 /**
@@ -140,7 +141,9 @@ export const UNINITIALIZED_SNAPSHOT: TargetSnapshot = Object.freeze({
  * (bench/discovery/snapshot.bench.ts).
  */
 function digestTerm (t: PodTarget): string {
-  const canonical = `${t.identity}\n${t.namespace}\n${t.address}\n${t.grpcPort}\n${t.quicPort}\n${t.httpPort ?? ''}\n${t.nodeName ?? ''}\n${t.zone ?? ''}`
+  // A serving target's form is the one it had before targets carried `serving`, so replicas of
+  // either version agree on a set without warming pods.
+  const canonical = `${t.identity}\n${t.namespace}\n${t.address}\n${t.grpcPort}\n${t.quicPort}\n${t.httpPort ?? ''}\n${t.nodeName ?? ''}\n${t.zone ?? ''}${t.serving ? '' : '\nnot-serving'}`
   return hash('sha256', canonical, 'binary')
 }
 
@@ -158,7 +161,7 @@ export function targetHash (t: PodTarget): bigint {
 export function sameTarget (a: PodTarget, b: PodTarget): boolean {
   return a.identity === b.identity && a.namespace === b.namespace && a.address === b.address &&
     a.grpcPort === b.grpcPort && a.quicPort === b.quicPort && a.httpPort === b.httpPort &&
-    a.nodeName === b.nodeName && a.zone === b.zone
+    a.nodeName === b.nodeName && a.zone === b.zone && a.serving === b.serving
 }
 
 const LIMB = 2 ** 32
@@ -226,17 +229,25 @@ export class SnapshotBuilder {
   readonly #hashes = new Map<string, string>()
 
   /**
-   * Applies changes (identity -> new target, or null for removal) to prev. Returns the next
-   * snapshot, or null when nothing changed and prev is already initialized.
+   * Applies changes (identity -> its endpoint, or null when it is gone or terminating) to prev.
+   * A ready endpoint goes into the targets, an unready one into `unready`, never both. Returns
+   * the next snapshot, or null when nothing changed and prev is already initialized.
    */
-  next (prev: TargetSnapshot, changes: ReadonlyMap<string, PodTarget | null>): TargetSnapshot | null {
+  next (prev: TargetSnapshot, changes: ReadonlyMap<string, PodEndpoint | null>): TargetSnapshot | null {
     const real: Array<[string, PodTarget | null]> = []
-    for (const [identity, target] of changes) {
-      const old = prev.byIdentity.get(identity)
-      if (target === null ? old === undefined : old !== undefined && sameTarget(old, target)) continue
-      real.push([identity, target])
+    const unreadyChanges: Array<[string, PodTarget | null]> = []
+    for (const [identity, change] of changes) {
+      const ready = change !== null && change.ready ? change.target : null
+      const unready = change !== null && !change.ready ? change.target : null
+      if (differs(prev.byIdentity.get(identity), ready)) real.push([identity, ready])
+      if (differs(prev.unready.get(identity), unready)) unreadyChanges.push([identity, unready])
     }
-    if (real.length === 0 && prev.initialized) return null
+    if (real.length === 0 && unreadyChanges.length === 0 && prev.initialized) return null
+    const unready = unreadyChanges.length === 0 ? prev.unready : TargetMap.apply(prev.unready, unreadyChanges)
+    if (real.length === 0 && prev.initialized) {
+      // Only the unready pods changed: the targets and the digest stay as they are.
+      return Object.freeze({ initialized: true, generation: prev.generation + 1, digest: prev.digest, targets: prev.targets, byIdentity: prev.byIdentity, unready })
+    }
 
     const byIdentity = TargetMap.apply(prev.byIdentity, real)
     let targets: PodTarget[]
@@ -273,6 +284,11 @@ export class SnapshotBuilder {
       digest: this.#sum.format(),
       targets: Object.freeze(targets),
       byIdentity,
+      unready,
     })
   }
+}
+
+function differs (old: PodTarget | undefined, next: PodTarget | null): boolean {
+  return next === null ? old !== undefined : old === undefined || !sameTarget(old, next)
 }

@@ -15,11 +15,27 @@ export interface PodTarget {
   readonly httpPort: number | null
   readonly nodeName: string | null
   readonly zone: string | null
+  /**
+   * The endpoint's `serving` condition (absent: same as ready). False for a warming Stargate
+   * behind a `publishNotReadyAddresses` Service: a target for registrations and tunnels, never
+   * for LLM client HTTP (SPEC §3 rule 2, §6).
+   */
+  readonly serving: boolean
 }
 
 /** A target as every source builds it: `host` is always the address made ready for `host:port`. */
 export function podTarget (fields: Omit<PodTarget, 'host'>): PodTarget {
   return { ...fields, host: formatHost(fields.address) }
+}
+
+/**
+ * What one EndpointSlice says about a pod that is not terminating (SPEC §3 rule 2): ready, it
+ * is a target; not ready, it is only present: never advertised or routed to, but what the
+ * router already relays to it stays (only a terminating or gone pod is drained).
+ */
+export interface PodEndpoint {
+  readonly target: PodTarget
+  readonly ready: boolean
 }
 
 export interface TargetSnapshot {
@@ -32,6 +48,20 @@ export interface TargetSnapshot {
   /** Sorted by identity. */
   readonly targets: readonly PodTarget[]
   readonly byIdentity: ReadonlyMap<string, PodTarget>
+  /**
+   * Pods listed not ready and not terminating, by identity: not targets (nothing advertises or
+   * routes to them), but registrations and tunnels already relayed to them are kept, as
+   * upstream keeps them. Not part of the digest: it changes nothing a peer or a Pylon sees.
+   */
+  readonly unready: ReadonlyMap<string, PodTarget>
+}
+
+/**
+ * The pod under this identity while it is present and not terminating (a target, or unready),
+ * else undefined. What drains read: a registration or tunnel is drained once this is gone.
+ */
+export function presentTarget (snapshot: TargetSnapshot, identity: string): PodTarget | undefined {
+  return snapshot.byIdentity.get(identity) ?? snapshot.unready.get(identity)
 }
 
 export type SnapshotListener = (snapshot: TargetSnapshot) => void

@@ -77,6 +77,8 @@ export class HealthServer {
         digest: snapshot.digest,
         ageSeconds: options.discovery.stalenessMs() / 1000,
         targets: snapshot.targets,
+        // Listed, not ready, not terminating: not targets, but what already runs to them stays.
+        unready: [...snapshot.unready.values()],
       }
     })
     for (const route of options.debugRoutes ?? []) app.get(route.path, async () => route.handler())

@@ -11,8 +11,8 @@ export const HTTP_ERRORS = {
   no_ready_targets: {
     status: 503,
     message: 'no ready stargate has an http port',
-    meaning: 'the request named no particular stargate and no ready pod serves http',
-    action: 'check that stargate pods are ready and that their EndpointSlices carry the http port (--http-port-name)',
+    meaning: 'the request named no particular stargate and no ready, serving pod has an http port (warming pods, `serving=false`, take no LLM traffic)',
+    action: 'check that stargate pods are ready and that their EndpointSlices carry the http port (--http-port-name); after a scale-up, wait for the warm-up to end',
   },
   unknown_target: {
     status: 404,
@@ -23,8 +23,14 @@ export const HTTP_ERRORS = {
   target_unavailable: {
     status: 503,
     message: 'the named stargate has no http port',
-    meaning: 'the host names a known stargate, but it is not ready or has no http port',
-    action: 'retry later, or dial without naming a pod to reach any ready one',
+    meaning: 'the host names a ready stargate whose EndpointSlice lists no http port',
+    action: 'check the Service\'s http port (--http-port-name), or dial without naming a pod to reach any serving one',
+  },
+  target_not_serving: {
+    status: 503,
+    message: 'the named stargate is not serving yet',
+    meaning: 'the host names a stargate that takes registrations and tunnels but is not serving (`serving=false`: warming up behind a publishNotReadyAddresses Service, or failing its readiness probe); the warm-up keeps LLM traffic away until its Pylons are registered',
+    action: 'retry later, or dial without naming a pod to reach any serving one',
   },
   upstream_timeout: {
     status: 504,

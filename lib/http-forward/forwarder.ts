@@ -51,7 +51,7 @@ import { downstreamResponseHeaders, upstreamRequestHeaders } from './headers.ts'
 import { resolveRequestTarget } from './request-target.ts'
 import { resolveAuthority } from '../routing/resolve.ts'
 import type { TrustedProxies } from './trusted-proxies.ts'
-import type { HttpPod, HttpPods } from './pods.ts'
+import { refusalFor, type HttpPod, type HttpPods } from './pods.ts'
 import { lateConnect, UpstreamAbortError, type PodRequest, type PodSlot } from './pod-connections.ts'
 import { BodyPace, type BodyLimits, type BodyVerdict } from './body-pace.ts'
 import { clientKeyOf } from './client-address.ts'
@@ -471,7 +471,7 @@ export class HttpForwarder {
     const hostTargeted = route.ok
     if (route.ok) {
       pod = options.pods.get(route.target.identity) ?? null
-      if (pod === null) { this.#reject(req, res, 'target_unavailable', requestId); return }
+      if (pod === null) { this.#reject(req, res, refusalFor(route.target), requestId); return }
     } else if (route.reason === 'target_unavailable') {
       this.#reject(req, res, 'unknown_target', requestId)
       return

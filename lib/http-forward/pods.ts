@@ -3,7 +3,9 @@
  * pod-connections.ts). Rebuilt from every snapshot: a pod keeps its connections while its
  * address, port and upstream trust stay the same; a pod that left, moved, or was dialled under
  * a replaced trust bundle has them closed (requests holding or waiting for one finish; new
- * ones go to the new set). Pods without an http port are never candidates.
+ * ones go to the new set). Only serving pods with an http port are candidates: a warming
+ * Stargate (`serving=false`) is a target for registrations and tunnels, never for LLM traffic
+ * (SPEC §6).
  */
 import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { UpstreamTls } from '../control-plane/upstream-pool.ts'
@@ -37,6 +39,11 @@ export interface HttpPodsOptions {
   readonly random?: () => number
 }
 
+/** Why a target named by Host has no HttpPod: not serving yet, or no http port at all. */
+export function refusalFor (target: PodTarget): 'target_unavailable' | 'target_not_serving' {
+  return target.httpPort !== null && !target.serving ? 'target_not_serving' : 'target_unavailable'
+}
+
 export class HttpPods {
   readonly #options: HttpPodsOptions
   readonly #random: () => number
@@ -51,7 +58,7 @@ export class HttpPods {
     this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#rebuild(snapshot) })
   }
 
-  /** The pod with this identity, when it is ready and has an http port. */
+  /** The pod with this identity, when it is ready, serving and has an http port. */
   get (identity: string): HttpPod | undefined {
     return this.#byIdentity.get(identity)
   }
@@ -106,7 +113,7 @@ export class HttpPods {
     const generation = this.#options.tls?.().generation ?? 0
     const next = new Map<string, HttpPod>()
     for (const target of snapshot.targets) {
-      if (target.httpPort === null) continue
+      if (target.httpPort === null || !target.serving) continue
       const old = this.#byIdentity.get(target.identity)
       if (old !== undefined && old.target.address === target.address && old.httpPort === target.httpPort && old.generation === generation) {
         old.target = target

@@ -32,6 +32,8 @@ export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly discoveryWatchRestarts: Counter
   readonly discoverySnapshotAge: Gauge
   readonly discoveryTargets: Gauge
+  readonly discoveryTargetsNotServing: Gauge
+  readonly discoveryUnreadyPods: Gauge
   readonly discoverySnapshotGeneration: Gauge
   readonly discoverySnapshotPublishes: Counter
   readonly endpointSliceSkipped: Counter<'reason'>
@@ -79,8 +81,10 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
       'Seconds since the target snapshot was last known to be current; 0 while the watch is connected',
       {}, function () { if (ageSource !== null) this.set(ageSource()) }),
     discoveryTargets: define.gauge('discovery_targets', 'Ready Stargate targets in the current snapshot'),
+    discoveryTargetsNotServing: define.gauge('discovery_targets_not_serving', 'Targets whose endpoint is not serving (warming behind a publishNotReadyAddresses Service): advertised and routed for registrations and tunnels, never sent LLM client HTTP'),
+    discoveryUnreadyPods: define.gauge('discovery_unready_pods', 'Pods listed neither ready nor terminating: not targets, but the registrations and tunnels already relayed to them are kept'),
     discoverySnapshotGeneration: define.gauge('discovery_snapshot_generation', 'Generation of the current target snapshot (0 while uninitialized)'),
-    discoverySnapshotPublishes: define.counter('discovery_snapshot_publishes_total', 'Target snapshots published (each one changed the target set)'),
+    discoverySnapshotPublishes: define.counter('discovery_snapshot_publishes_total', 'Target snapshots published (each one changed the targets or the unready pods)'),
     endpointSliceSkipped: define.counter('endpointslice_skipped_total', 'EndpointSlices or endpoints that contributed no target, by reason', { reason: SKIP_REASONS }),
     targetsFileReloads: define.counter('targets_file_reloads_total', 'Reads of the --targets-file, by result (a rejected file keeps the last good snapshot)', { result: ['success', 'rejected'] }),
     watchStreamsActive: define.gauge('watch_streams_active', 'Open WatchStargates streams'),

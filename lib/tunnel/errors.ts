@@ -70,7 +70,7 @@ export const QUIC_CLOSE_REASONS = {
   },
   target_left: {
     reason: 'target stargate left the ready set',
-    meaning: 'the tunnel\'s pod left the ready set and did not come back within --drain-grace-ms',
+    meaning: 'the tunnel\'s pod started terminating, left the Service or moved, and did not come back within --drain-grace-ms (a pod that only turns unready keeps its tunnels)',
     action: 'none: the Pylon reconnects to a ready stargate',
   },
   leg_idle: {

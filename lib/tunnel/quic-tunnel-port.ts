@@ -10,13 +10,13 @@
  *   (`upstream_*`), is counted in quic_handshake_failures_total{reason} and logged with its
  *   reason. Unauthenticated peers cause these at will: the logger rate-limits the message per
  *   reason (lib/log.ts PEER_TRIGGERED_MESSAGES lists both modes' messages).
- * - PodDrain: tunnels follow the snapshot. When a tunnel's pod leaves the ready set or moves
- *   to another address, the tunnel is closed after --drain-grace-ms unless the pod comes back
- *   first, as registrations are.
+ * - PodDrain: tunnels follow the snapshot. When a tunnel's pod terminates, leaves the Service or
+ *   moves to another address, the tunnel is closed after --drain-grace-ms unless the pod comes
+ *   back first, as registrations are. A pod that only turns unready keeps its tunnels.
  */
 import type { Counter } from 'prom-client'
 import type { Logger } from '../log.ts'
-import type { SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
+import { presentTarget, type SnapshotReader, type TargetSnapshot } from '../discovery/types.ts'
 import type { QuicCloseInfo } from '../quic/connection.ts'
 import type { QuicEngine } from '../quic/engine.ts'
 import type { ServerCredentials } from '../quic/credentials.ts'
@@ -151,7 +151,8 @@ export class PodDrain<T> {
   #onSnapshot (snapshot: TargetSnapshot): void {
     if (!snapshot.initialized) return
     for (const [identity, set] of this.#byIdentity) {
-      const now = snapshot.byIdentity.get(identity)
+      // Unready but not terminating keeps its tunnels, as registrations (SPEC §3 rule 2).
+      const now = presentTarget(snapshot, identity)
       for (const tunnel of set) {
         const followed = this.#followed.get(tunnel) as Followed
         const present = now !== undefined && now.address === followed.target.address && now.quicPort === followed.target.quicPort

@@ -136,6 +136,33 @@ t.test('a terminating pod is serving but not ready until it is gone; a failed pr
   t.equal(cluster.pod(victim), undefined)
 })
 
+// Issue 31: upstream points the router at its headless publishNotReadyAddresses Service. The
+// simulated controller must then write what kubernetes podToEndpoint writes: ready whatever the
+// pod's readiness (terminating included), serving = the pod's Ready condition.
+t.test('behind a publishNotReadyAddresses Service every endpoint is ready; serving and terminating tell warming, failing and leaving pods apart', async (t) => {
+  const cluster = await SimulatedCluster.start(t, { kind: 'StatefulSet', subnet: '127.0.216', publishNotReadyAddresses: true })
+  const up = cluster.install(1)
+  const created = await up.next()
+  t.equal(created.done, false)
+  t.strictSame(endpointOf(cluster, 'stargate-0').map((e) => e.conditions), [{ ready: true, serving: false, terminating: false }], 'a warming pod (running, not Ready yet)')
+  t.strictSame(cluster.targetPods().map((p) => p.name), ['stargate-0'], 'a target for the router')
+  t.strictSame(cluster.readyPods(), [], 'but not serving')
+  await up.next()
+  t.strictSame(endpointOf(cluster, 'stargate-0').map((e) => e.conditions), [{ ready: true, serving: true, terminating: false }], 'ready')
+
+  await cluster.settle(cluster.failReadiness('stargate-0'))
+  t.strictSame(endpointOf(cluster, 'stargate-0').map((e) => e.conditions), [{ ready: true, serving: false, terminating: false }], 'a failed readiness probe clears serving only')
+  t.equal(cluster.isTarget('stargate-0'), true)
+  await cluster.settle(cluster.recoverReadiness('stargate-0'))
+
+  const down = cluster.scale(0)
+  await down.next()
+  t.strictSame(endpointOf(cluster, 'stargate-0').map((e) => e.conditions), [{ ready: true, serving: true, terminating: true }], 'terminating: still ready, as publishNotReadyAddresses keeps it')
+  t.strictSame(cluster.targetPods(), [], 'not a target while it terminates')
+  await down.next()
+  t.strictSame(endpointOf(cluster, 'stargate-0'), [], 'gone')
+})
+
 t.test('slice churn puts a pod in two slices for a moment, then in one', async (t) => {
   const cluster = await SimulatedCluster.start(t, { kind: 'StatefulSet', subnet: '127.0.216', maxEndpointsPerSlice: 2 })
   await cluster.settle(cluster.install(3))

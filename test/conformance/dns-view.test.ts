@@ -49,7 +49,7 @@ for (const c of CASES) {
 
     const stargate = { stargateId: pod.name, advertiseAddr: message.stargates[0]?.advertise_addr ?? '', httpAdvertiseAddr: message.stargates[0]?.http_advertise_addr ?? '', grpcPylonDialAddr: '' }
     for (const check of [grpcRegistrationCheck, llmHttpCheck]) {
-      t.equal(await check.reaches({ router: kube, stargate, pod }), null, `${check.name}: the advertised identity reaches the pod`)
+      t.equal(await check.reaches({ router: kube, stargate, pod, serving: true }), null, `${check.name}: the advertised identity reaches the pod`)
       for (const identity of c.dnsIdentities(pod).filter((id) => id !== pod.name)) {
         t.equal(await check.refuses({ router: kube, identity, host: cluster.advertisedHost(identity), pod }), null, `${check.name}: the DNS alias ${identity} is refused, as a Pylon registering to it was`)
       }

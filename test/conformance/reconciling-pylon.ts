@@ -9,8 +9,9 @@
  * - every advertised set with the time it arrived (performance.now()), to measure convergence
  *   and to check the transient sets between two cluster states;
  * - every stream it opened: which pod answered, how many acks, how it ended, whether the
- *   Stargate was still advertised when it ended, and whether the cluster had that pod ready when
- *   the stream was opened (`readyAtOpen`, from the `isReady` callback).
+ *   Stargate was still advertised when it ended, and whether the cluster had that pod as a
+ *   target (ready endpoint, not terminating) when the stream was opened (`targetAtOpen`, from
+ *   the `isTarget` callback).
  */
 import type * as grpc from '@grpc/grpc-js'
 import type { Pylon, Registration } from '../fixtures/pylon.ts'
@@ -25,15 +26,18 @@ export interface AdvertisedSet {
 export class StreamAttempt {
   readonly id: string
   readonly openedAt: number
-  readonly readyAtOpen: boolean
+  readonly targetAtOpen: boolean
+  /** Whether the pod was serving (Ready) when the stream was opened; null when not asked. */
+  readonly servingAtOpen: boolean | null
   readonly registration: Registration
   /** Still advertised when the stream ended (null while open). */
   advertisedAtEnd: boolean | null = null
 
-  constructor (id: string, readyAtOpen: boolean, registration: Registration) {
+  constructor (id: string, targetAtOpen: boolean, servingAtOpen: boolean | null, registration: Registration) {
     this.id = id
     this.openedAt = performance.now()
-    this.readyAtOpen = readyAtOpen
+    this.targetAtOpen = targetAtOpen
+    this.servingAtOpen = servingAtOpen
     this.registration = registration
   }
 
@@ -61,8 +65,10 @@ export class StreamAttempt {
 }
 
 export interface ReconcilingPylonOptions {
-  /** Whether the cluster has this pod ready right now (recorded per stream). */
-  readonly isReady: (id: string) => boolean
+  /** Whether the cluster has this pod as a target right now (recorded per stream). */
+  readonly isTarget: (id: string) => boolean
+  /** Whether the cluster has this pod serving (Ready) right now (recorded per stream). */
+  readonly isServing?: (id: string) => boolean
   /** Delay before re-registering after a stream ended; default 100 ms. */
   readonly retryDelayMs?: number
 }
@@ -116,7 +122,7 @@ export class ReconcilingPylon {
 
   #openStream (stargate: StargateInfo): void {
     const registration = this.pylon.register(stargate)
-    const attempt = new StreamAttempt(stargate.stargateId, this.#options.isReady(stargate.stargateId), registration)
+    const attempt = new StreamAttempt(stargate.stargateId, this.#options.isTarget(stargate.stargateId), this.#options.isServing?.(stargate.stargateId) ?? null, registration)
     this.attempts.push(attempt)
     this.#open.set(attempt.id, attempt)
     registration.call.on('status', () => {

@@ -7,7 +7,9 @@
  *   stub that runs at that IP:port now; a stale address would hit no stub or a dead one);
  * - `refuses`: a name that is not advertised (a pod not ready, terminating or gone, or a
  *   dashed-IP alias) is refused by the router with the SPEC's error (for a tunnel refused from
- *   its Initial, the error the router counts), and does not reach the pod.
+ *   its Initial, the error the router counts), and does not reach the pod;
+ * - `untargeted` (optional): a request that names no pod reaches a serving pod, never a warming
+ *   one (LLM HTTP goes only to serving targets).
  *
  * ROUTE_CHECKS lists the checkers the matrix runs for every pod in every phase. It holds gRPC
  * registration (SPEC §5) and LLM HTTP (SPEC §6). The reverse tunnel checkers (raw QUIC by SNI,
@@ -42,6 +44,14 @@ export interface AdvertisedRoute {
   readonly router: KubeRouter
   readonly stargate: StargateInfo
   readonly pod: ClusterPod
+  /** The pod is Ready (its endpoint serving): false while it warms up behind a publishNotReadyAddresses Service. */
+  readonly serving: boolean
+}
+
+/** A request that names no pod; `serving` are the pods that may answer it. */
+export interface UntargetedRoute {
+  readonly router: KubeRouter
+  readonly serving: readonly ClusterPod[]
 }
 
 /** A name the router must not route: `host` is the name rendered like an advertised host. */
@@ -70,6 +80,7 @@ export interface RouteChecker {
   prepare? (t: Teardown): Promise<RouteCheckSetup>
   reaches (route: AdvertisedRoute): Promise<CheckResult>
   refuses (route: RefusedRoute): Promise<CheckResult>
+  untargeted? (route: UntargetedRoute): Promise<CheckResult>
 }
 
 /** Merges what the checkers need: router flags in order, the one quic server, if any. */
@@ -169,17 +180,27 @@ export const grpcRegistrationCheck: RouteChecker = {
   },
 }
 
-/** LLM HTTP by Host (SPEC §6). */
+/** Requests naming no pod per phase: enough for a warming pod to be picked if it could be. */
+const UNTARGETED_REQUESTS = 4
+
+/** LLM HTTP by Host, and balanced when no pod is named (SPEC §6). */
 export const llmHttpCheck: RouteChecker = {
   name: 'llm http',
-  async reaches ({ router, stargate, pod }) {
+  async reaches ({ router, stargate, pod, serving }) {
     // The Host is the advertised host (http_advertise_addr is empty, as upstream sends it).
     const tag = nextTag('http')
     const reply = await request(router.frontDoorPort, { host: stargate.advertiseAddr, headers: { 'x-conformance-tag': tag } })
+    const llm = pod.process.llm
+    if (!serving) {
+      // Warming (or failing readiness) behind a publishNotReadyAddresses Service: no LLM traffic.
+      const code = reply.headers['x-stargate-error-code']
+      if (reply.status !== 503 || code !== 'target_not_serving') return `POST to Host ${stargate.advertiseAddr} of a pod that is not serving answered ${reply.status} (${String(code)}), want 503 target_not_serving`
+      if (llm.requests.some((r) => r.headers['x-conformance-tag'] === tag)) return `request to Host ${stargate.advertiseAddr} reached the pod although it is not serving`
+      return null
+    }
     if (reply.status !== 200) return `POST to Host ${stargate.advertiseAddr} answered ${reply.status} ${reply.body.slice(0, 200)}`
     const answeredBy = reply.headers['x-stargate-pod']
     if (answeredBy !== pod.name) return `Host ${stargate.advertiseAddr} was answered by pod ${String(answeredBy)}`
-    const llm = pod.process.llm
     if (!llm.requests.some((r) => r.headers['x-conformance-tag'] === tag)) return `the pod's current container at ${pod.ip}:${llm.port} never saw request ${tag} (routed to a stale address?)`
     return null
   },
@@ -189,6 +210,22 @@ export const llmHttpCheck: RouteChecker = {
     const code = reply.headers['x-stargate-error-code']
     if (reply.status !== 404 || code !== 'unknown_target') return `POST to Host ${host} answered ${reply.status} (${String(code)}), want 404 unknown_target`
     if (pod !== null && pod.process.llm.requests.some((r) => r.headers['x-conformance-tag'] === tag)) return `request to Host ${host} reached the pod although it is not advertised`
+    return null
+  },
+  async untargeted ({ router, serving }) {
+    for (let i = 0; i < UNTARGETED_REQUESTS; i++) {
+      const tag = nextTag('http-any')
+      const reply = await request(router.frontDoorPort, { host: 'llm.example.com', headers: { 'x-conformance-tag': tag } })
+      if (serving.length === 0) {
+        const code = reply.headers['x-stargate-error-code']
+        if (reply.status !== 503 || code !== 'no_ready_targets') return `with no serving pod a request answered ${reply.status} (${String(code)}), want 503 no_ready_targets`
+        continue
+      }
+      const answeredBy = reply.headers['x-stargate-pod']
+      const pod = serving.find((p) => p.name === answeredBy)
+      if (reply.status !== 200 || pod === undefined) return `a request was answered ${reply.status} by ${String(answeredBy)}, want a serving pod of [${serving.map((p) => p.name).join(', ')}]`
+      if (!pod.process.llm.requests.some((r) => r.headers['x-conformance-tag'] === tag)) return `${pod.name}'s current container never saw request ${tag}`
+    }
     return null
   },
 }

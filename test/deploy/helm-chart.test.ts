@@ -25,6 +25,8 @@ const VALUE_SETS: ReadonlyArray<{ readonly name: string, readonly values: object
       serviceMonitor: { enabled: true, labels: { release: 'prometheus' } },
       podAntiAffinity: { type: 'hard' },
       podDisruptionBudget: { maxUnavailable: null, minAvailable: 1 },
+      preStopSleepSeconds: 5,
+      probes: { startup: { periodSeconds: 2, timeoutSeconds: 1, failureThreshold: 30 } },
       image: { digest: 'sha256:0000000000000000000000000000000000000000000000000000000000000000' },
       extraVolumes: [{ name: 'targets', configMap: { name: 'stargate-targets' } }],
       extraVolumeMounts: [{ name: 'targets', mountPath: '/etc/stargate-router/targets', readOnly: true }],
@@ -35,8 +37,8 @@ const VALUE_SETS: ReadonlyArray<{ readonly name: string, readonly values: object
     values: { stargate: { namespace: 'llm' }, peerDiscovery: { enabled: true } },
   },
   {
-    name: 'no anti-affinity, no PDB, no preStop, health port not on the Service',
-    values: { podAntiAffinity: { type: 'none' }, podDisruptionBudget: { enabled: false }, preStopSleepSeconds: 0, service: { health: { enabled: false } } },
+    name: 'no anti-affinity, no PDB, health port not on the Service',
+    values: { podAntiAffinity: { type: 'none' }, podDisruptionBudget: { enabled: false }, service: { health: { enabled: false } } },
   },
 ]
 
@@ -114,7 +116,7 @@ if (renderer !== null) {
     t.same(term?.podAffinityTerm.labelSelector, { matchLabels: spec.selector.matchLabels }, 'against its own replicas')
     const hard = podSpecOf(theOne(render('everything on'), 'Deployment')).affinity as { podAntiAffinity: Record<string, unknown> }
     t.same(Object.keys(hard.podAntiAffinity), ['requiredDuringSchedulingIgnoredDuringExecution'], 'podAntiAffinity.type=hard requires it')
-    t.same(ofKind(render('no anti-affinity, no PDB, no preStop, health port not on the Service'), 'PodDisruptionBudget'), [], 'the PDB can be turned off')
+    t.same(ofKind(render('no anti-affinity, no PDB, health port not on the Service'), 'PodDisruptionBudget'), [], 'the PDB can be turned off')
   })
 
   t.test('the Service exposes the front door on TCP 50071, the tunnel on UDP 50072 and health on 8080', async (t) => {
@@ -142,7 +144,7 @@ if (renderer !== null) {
   })
 
   t.test('the health port can be kept off the Service', async (t) => {
-    t.same(servicePorts(theOne(render('no anti-affinity, no PDB, no preStop, health port not on the Service'), 'Service')), ['grpc TCP 50071->grpc', 'quic UDP 50072->quic'])
+    t.same(servicePorts(theOne(render('no anti-affinity, no PDB, health port not on the Service'), 'Service')), ['grpc TCP 50071->grpc', 'quic UDP 50072->quic'])
     t.match(await renderer.helmTemplateError({ service: { health: { enabled: false } }, serviceMonitor: { enabled: true } }), /serviceMonitor.enabled needs service.health.enabled/)
   })
 
@@ -159,8 +161,8 @@ if (renderer !== null) {
     t.equal(fieldRefOf(render('defaults'), 'POD_NAMESPACE'), 'metadata.namespace')
   })
 
-  t.test('the termination grace period outlasts the preStop sleep and the drain', async (t) => {
+  t.test('the termination grace period outlasts the drain', async (t) => {
     const pod = podSpecOf(theOne(render('defaults'), 'Deployment')) as { terminationGracePeriodSeconds?: number }
-    t.ok((pod.terminationGracePeriodSeconds ?? 30) > 5 + 30, `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} > preStop 5 s + --shutdown-drain-timeout-ms 30 s`)
+    t.ok((pod.terminationGracePeriodSeconds ?? 30) > 30 + 1, `terminationGracePeriodSeconds ${pod.terminationGracePeriodSeconds} > --shutdown-drain-timeout-ms 30 s + the router's 1 s watchdog`)
   })
 }

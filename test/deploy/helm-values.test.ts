@@ -1,9 +1,10 @@
-// Issue 8, 9 and 13: every router flag (lib/config/flags.ts) is reachable from the chart values
-// and what the chart renders is accepted by the router's own parser; stargate.workloadKind
-// selects the watched Service without changing the Pylon contract; peer discovery adds its
-// flags, env and RBAC only when enabled; the front door is cleartext unless tls.frontDoor is on,
-// --grpc-pylon-dial-addr defaults to the chart's Service, the Service keeps a Pylon on one
-// replica (ClientIP), and the termination grace period follows the drain timeout.
+// Issue 8, 9, 13 and 31: every router flag (lib/config/flags.ts) is reachable from the chart
+// values and what the chart renders is accepted by the router's own parser; the router watches
+// upstream's headless Stargate Service by default whatever the workload kind, without changing
+// the Pylon contract; peer discovery adds its flags, env and RBAC only when enabled; the front
+// door is cleartext unless tls.frontDoor is on, --grpc-pylon-dial-addr defaults to the chart's
+// Service, the Service keeps a Pylon on one replica (ClientIP), and the termination grace period
+// follows the drain timeout as upstream's chart renders it.
 import t from 'tap'
 import { readFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -14,7 +15,7 @@ import { CHART, createRenderer, FULLNAME, NAMESPACE } from './render.ts'
 import type { KubeObject } from './k8s-validate.ts'
 import {
   argsOf, assertMinimalRbac, endpointSliceRulesIn, envNames, fieldRefOf, flagValue, ofKind, podSpecOf,
-  routerConfigOf, servicePorts, theOne,
+  routerConfigOf, routerContainer, servicePorts, theOne, type Container,
 } from './manifest-facts.ts'
 
 /** Flags the chart derives from other values (so they agree with ports, mounts and Services). */
@@ -23,7 +24,7 @@ const CHART_MANAGED: Readonly<Record<string, string>> = {
   'reverse-tunnel-listen-addr': 'listenHost + ports.tunnel',
   'health-listen-addr': 'listenHost + ports.health',
   'target-namespace': 'stargate.namespace (else POD_NAMESPACE)',
-  'target-service-name': 'stargate.serviceName, default by stargate.workloadKind',
+  'target-service-name': 'stargate.serviceName (default upstream\'s llm-request-router-headless)',
   'tls-cert-path': 'tls.serverIdentity',
   'tls-key-path': 'tls.serverIdentity',
   'front-door-tls': 'tls.frontDoor.enabled',
@@ -187,7 +188,9 @@ if (renderer !== null) {
     t.match(await renderer.helmTemplateError({ tls: { frontDoor: { enabled: true } } }), /tls.frontDoor.enabled needs tls.serverIdentity.secretName/)
     t.match(await renderer.helmTemplateError({ config: { 'front-door-tls': true } }), /config.*front-door-tls/)
     t.match(await renderer.helmTemplateError({ config: { 'grpc-pylon-dial-addr': 'stargate.example.com:443' } }), /grpc-pylon-dial-addr/)
-    t.match(await renderer.helmTemplateError({ terminationGracePeriodSeconds: 20 }), /terminationGracePeriodSeconds 20 is shorter than preStopSleepSeconds \+ the drain timeout \(35 s\)/)
+    t.match(await renderer.helmTemplateError({ terminationGracePeriodSeconds: 20 }), /terminationGracePeriodSeconds 20 is shorter than preStopSleepSeconds \+ the drain timeout \(30 s\)/)
+    t.match(await renderer.helmTemplateError({ config: { 'grpc-pylon-dial-addr': 'https://stargate.example.com:443/pylon' } }), /grpc-pylon-dial-addr/, 'a path: upstream\'s shared URI parser refuses it')
+    t.match(await renderer.helmTemplateError({ config: { 'remote-stargate-url': ['https://b.example.com?region=b'] } }), /remote-stargate-url/, 'a query')
   })
 
   t.test('the front door is cleartext by default, and TLS with tls.frontDoor.enabled on the server identity', async (t) => {
@@ -213,24 +216,44 @@ if (renderer !== null) {
     t.equal((off.spec as { sessionAffinity?: string }).sessionAffinity, undefined)
   })
 
-  t.test('terminationGracePeriodSeconds follows the drain timeout: preStop + drain + 5 s, or an explicit value that covers both', async (t) => {
+  // Issue 31: upstream's chart renders ceil(drainTimeoutMs / 1000) + 5 and no preStop hook.
+  t.test('terminationGracePeriodSeconds follows the drain timeout as upstream: preStop (0) + drain + 5 s, or an explicit value that covers both', async (t) => {
     const grace = async (values: object): Promise<number | undefined> =>
       (podSpecOf(theOne(await renderer.helmTemplate(values), 'Deployment')) as { terminationGracePeriodSeconds?: number }).terminationGracePeriodSeconds
-    t.equal(await grace({}), 5 + 30 + 5, 'defaults: 5 s preStop + 30 s drain + 5 s')
-    t.equal(await grace({ config: { 'shutdown-drain-timeout-ms': 60500 } }), 5 + 61 + 5, 'a longer drain, rounded up to seconds')
-    t.equal(await grace({ preStopSleepSeconds: 0, config: { 'shutdown-drain-timeout-ms': 1000 } }), 0 + 1 + 5)
+    t.equal(await grace({}), 30 + 5, 'defaults: 30 s drain + 5 s, as upstream\'s 35 s')
+    t.equal(await grace({ config: { 'shutdown-drain-timeout-ms': 60500 } }), 61 + 5, 'a longer drain, rounded up to seconds')
+    t.equal(await grace({ preStopSleepSeconds: 5, config: { 'shutdown-drain-timeout-ms': 1000 } }), 5 + 1 + 5, 'a preStop sleep adds to it')
     t.equal(await grace({ terminationGracePeriodSeconds: 120 }), 120, 'an explicit value that covers the drain wins')
+    t.equal(routerContainer(await renderer.helmTemplate({})).lifecycle, undefined, 'no preStop hook by default, as upstream')
+  })
+
+  t.test('probes have upstream\'s timings: readiness every 2 s, liveness every 5 s, 1 s timeout, 3 failures, no startup probe', async (t) => {
+    const probes = async (values: object): Promise<Container> => routerContainer(await renderer.helmTemplate(values))
+    const c = await probes({})
+    t.same(c.readinessProbe, { httpGet: { path: '/readyz', port: 'health' }, initialDelaySeconds: 0, periodSeconds: 2, timeoutSeconds: 1, failureThreshold: 3 })
+    t.same(c.livenessProbe, { httpGet: { path: '/livez', port: 'health' }, initialDelaySeconds: 0, periodSeconds: 5, timeoutSeconds: 1, failureThreshold: 3 })
+    t.equal(c.startupProbe, undefined)
+    const withStartup = await probes({ probes: { startup: { periodSeconds: 2, failureThreshold: 30 } } })
+    t.same(withStartup.startupProbe, { httpGet: { path: '/livez', port: 'health' }, periodSeconds: 2, failureThreshold: 30 }, 'a startup probe on request')
+  })
+
+  t.test('the grpc Service port carries appProtocol kubernetes.io/h2c while the front door is cleartext (Gateways pick h2c by it)', async (t) => {
+    type Port = { name: string, appProtocol?: string }
+    const ports = async (values: object): Promise<Port[]> => (theOne(await renderer.helmTemplate(values), 'Service').spec as { ports: Port[] }).ports
+    t.same((await ports({})).map((p) => [p.name, p.appProtocol]), [['grpc', 'kubernetes.io/h2c'], ['quic', undefined], ['health', undefined]])
+    const tls = await ports({ tls: { serverIdentity: { secretName: 'router-tls' }, frontDoor: { enabled: true } } })
+    t.equal(tls.find((p) => p.name === 'grpc')?.appProtocol, undefined, 'not with TLS on the front door')
   })
 
   const KIND_CASES: ReadonlyArray<{ why: string, values: object, service: string, kind: string }> = [
-    { why: 'Deployment is the default', values: {}, service: 'stargate', kind: 'Deployment' },
-    { why: 'Deployment, explicit', values: { stargate: { workloadKind: 'Deployment' } }, service: 'stargate', kind: 'Deployment' },
-    { why: 'StatefulSet is an explicit pin to its governing headless Service', values: { stargate: { workloadKind: 'StatefulSet' } }, service: 'stargate-headless', kind: 'StatefulSet' },
+    { why: 'Deployment is the default, behind upstream\'s headless Service', values: {}, service: 'llm-request-router-headless', kind: 'Deployment' },
+    { why: 'a StatefulSet watches the same headless Service (its governing one upstream)', values: { stargate: { workloadKind: 'StatefulSet' } }, service: 'llm-request-router-headless', kind: 'StatefulSet' },
     { why: 'an explicit serviceName wins for a Deployment', values: { stargate: { serviceName: 'sg' } }, service: 'sg', kind: 'Deployment' },
     { why: 'an explicit serviceName wins for a StatefulSet', values: { stargate: { workloadKind: 'StatefulSet', serviceName: 'sg-governing' } }, service: 'sg-governing', kind: 'StatefulSet' },
+    { why: 'an empty serviceName falls back to upstream\'s headless Service', values: { stargate: { serviceName: null } }, service: 'llm-request-router-headless', kind: 'Deployment' },
   ]
 
-  t.test('stargate.workloadKind selects which Service the router watches', async (t) => {
+  t.test('the router watches upstream\'s headless Stargate Service unless stargate.serviceName names another', async (t) => {
     for (const c of KIND_CASES) {
       const objects = await renderer.helmTemplate(c.values)
       const deployment = theOne(objects, 'Deployment')
@@ -245,14 +268,14 @@ if (renderer !== null) {
     const withoutService = (args: readonly string[]): string[] => args.filter((a) => !a.startsWith('--target-service-name='))
     const deployment = await renderer.helmTemplate({ stargate: { workloadKind: 'Deployment' }, config: { 'advertised-hostname-template': '{pod_name}.sg.example.com' } })
     const statefulSet = await renderer.helmTemplate({ stargate: { workloadKind: 'StatefulSet' }, config: { 'advertised-hostname-template': '{pod_name}.sg.example.com' } })
-    t.same(withoutService(argsOf(statefulSet)), withoutService(argsOf(deployment)), 'only the watched Service differs')
+    t.same(withoutService(argsOf(statefulSet)), withoutService(argsOf(deployment)), 'nothing but (at most) the watched Service differs')
     const a = routerConfigOf(deployment, NAMESPACE)
     const b = routerConfigOf(statefulSet, NAMESPACE)
     t.same([b.advertisedHostnameTemplate, b.advertisedGrpcPort, b.grpcPortName, b.quicPortName, b.httpPortName], [a.advertisedHostnameTemplate, a.advertisedGrpcPort, a.grpcPortName, a.quicPortName, a.httpPortName], 'same template, advertised port and port names')
     t.same(servicePorts(theOne(statefulSet, 'Service')), servicePorts(theOne(deployment, 'Service')), 'same router Service')
   })
 
-  t.test('stargate.service.create renders a headless, readiness-respecting Service with the port names the router looks up', async (t) => {
+  t.test('stargate.service.create renders a headless Service publishing not-ready addresses, as upstream\'s, with the port names the router looks up', async (t) => {
     for (const kind of ['Deployment', 'StatefulSet']) {
       const objects = await renderer.helmTemplate({ stargate: { workloadKind: kind, namespace: 'llm', service: { create: true } } })
       const watched = routerConfigOf(objects, NAMESPACE).targetServiceName
@@ -262,11 +285,13 @@ if (renderer !== null) {
       const spec = service.spec as { clusterIP: string, publishNotReadyAddresses: boolean, selector: Record<string, string> }
       t.equal(service.metadata.namespace, 'llm', `${kind}: in the Stargate namespace`)
       t.equal(spec.clusterIP, 'None', `${kind}: headless`)
-      t.equal(spec.publishNotReadyAddresses, false, `${kind}: respects readiness`)
+      t.equal(spec.publishNotReadyAddresses, true, `${kind}: lists warming pods, as upstream's headless Service`)
       t.same(spec.selector, { 'app.kubernetes.io/name': 'stargate' }, `${kind}: selects the Stargate pods`)
       t.same(servicePorts(service), ['grpc TCP 50051->50051', 'http TCP 8000->8000', 'quic UDP 50052->50052'], `${kind}: grpc/TCP, quic/UDP, http/TCP`)
       t.not(service.metadata.labels?.['app.kubernetes.io/name'], 'stargate-router', `${kind}: not labelled as the router, so router selectors miss it`)
     }
+    const readiness = ofKind(await renderer.helmTemplate({ stargate: { service: { create: true, publishNotReadyAddresses: false } } }), 'Service').find((s) => s.metadata.name === 'llm-request-router-headless')
+    t.equal((readiness?.spec as { publishNotReadyAddresses?: boolean } | undefined)?.publishNotReadyAddresses, false, 'or a readiness-respecting one on request')
   })
 
   t.test('peer discovery is off by default: no flags, no POD_IP or POD_NAME, no extra RBAC', async (t) => {

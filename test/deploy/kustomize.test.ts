@@ -7,7 +7,7 @@ import { createRenderer } from './render.ts'
 import { validateObject, type KubeObject } from './k8s-validate.ts'
 import {
   argsOf, assertDirectoryMounts, assertHardenedPod, assertMinimalRbac, assertProbes,
-  endpointSliceRulesIn, envNames, fieldRefOf, flagValue, ofKind, routerConfigOf, servicePorts, theOne,
+  endpointSliceRulesIn, envNames, fieldRefOf, flagValue, ofKind, podSpecOf, routerConfigOf, routerContainer, servicePorts, theOne,
 } from './manifest-facts.ts'
 
 const NAMESPACE = 'stargate'
@@ -50,12 +50,13 @@ if (renderer !== null) {
     t.same(servicePorts(theOne(render('overlays/deployment'), 'Service')), ['grpc TCP 50071->grpc', 'health TCP 8080->health', 'quic UDP 50072->quic', 'webtransport TCP 50072->webtransport'])
   })
 
-  t.test('the overlay selects the Stargate workload kind: deployment watches stargate, statefulset watches stargate-headless', async (t) => {
+  t.test('every overlay watches upstream\'s headless Stargate Service, llm-request-router-headless, for either workload kind', async (t) => {
+    const service = 'llm-request-router-headless'
     const cases = [
-      { overlay: 'overlays/deployment', kind: 'Deployment', service: 'stargate' },
-      { overlay: 'overlays/statefulset', kind: 'StatefulSet', service: 'stargate-headless' },
-      { overlay: 'overlays/peer-discovery', kind: 'Deployment', service: 'stargate' },
-      { overlay: 'overlays/front-door-tls', kind: 'Deployment', service: 'stargate' },
+      { overlay: 'overlays/deployment', kind: 'Deployment', service },
+      { overlay: 'overlays/statefulset', kind: 'StatefulSet', service },
+      { overlay: 'overlays/peer-discovery', kind: 'Deployment', service },
+      { overlay: 'overlays/front-door-tls', kind: 'Deployment', service },
     ]
     for (const c of cases) {
       const objects = render(c.overlay)
@@ -65,7 +66,22 @@ if (renderer !== null) {
       t.equal(theOne(objects, 'Deployment').metadata.annotations?.['stargate.io/fronted-workload-kind'], c.kind, `${c.overlay}: annotated ${c.kind}`)
     }
     const withoutService = (args: readonly string[]): string[] => args.filter((a) => !a.startsWith('--target-service-name='))
-    t.same(withoutService(argsOf(render('overlays/statefulset'))), withoutService(argsOf(render('overlays/deployment'))), 'the Pylon contract is the same: only the watched Service differs')
+    t.same(withoutService(argsOf(render('overlays/statefulset'))), withoutService(argsOf(render('overlays/deployment'))), 'the Pylon contract is the same')
+  })
+
+  // Issue 31: upstream's chart: appProtocol h2c on the grpc port, readiness every 2 s, liveness
+  // every 5 s (1 s timeout, 3 failures), no startup probe, no preStop, grace = drain + 5 s.
+  t.test('the grpc port is h2c (not with front-door TLS), and probes and termination grace are upstream\'s', async (t) => {
+    type Port = { name: string, appProtocol?: string }
+    const grpcPort = (overlay: string): Port | undefined => (theOne(render(overlay), 'Service').spec as { ports: Port[] }).ports.find((p) => p.name === 'grpc')
+    t.equal(grpcPort('overlays/deployment')?.appProtocol, 'kubernetes.io/h2c')
+    t.equal(grpcPort('overlays/front-door-tls')?.appProtocol, undefined, 'the front-door-tls component removes it')
+    t.equal(podSpecOf(theOne(render('overlays/deployment'), 'Deployment')).terminationGracePeriodSeconds, 35)
+    const c = routerContainer(render('overlays/deployment'))
+    t.same(c.readinessProbe, { httpGet: { path: '/readyz', port: 'health' }, periodSeconds: 2, timeoutSeconds: 1, failureThreshold: 3 })
+    t.same(c.livenessProbe, { httpGet: { path: '/livez', port: 'health' }, periodSeconds: 5, timeoutSeconds: 1, failureThreshold: 3 })
+    t.equal(c.startupProbe, undefined)
+    t.equal(c.lifecycle, undefined)
   })
 
   t.test('the overlays run the router with the tunnels\' TLS identity from the mounted Secret, and the router accepts their args', async (t) => {

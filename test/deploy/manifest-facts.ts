@@ -18,12 +18,14 @@ export interface Container {
   readonly livenessProbe?: Json
   readonly readinessProbe?: Json
   readonly startupProbe?: Json
+  readonly lifecycle?: Json
   readonly securityContext?: Json
   readonly volumeMounts?: ReadonlyArray<{ name: string, mountPath: string, subPath?: string, subPathExpr?: string, readOnly?: boolean }>
 }
 
 export interface PodSpec {
   readonly serviceAccountName?: string
+  readonly terminationGracePeriodSeconds?: number
   readonly securityContext?: Json
   readonly containers: readonly Container[]
   readonly initContainers?: readonly Container[]

@@ -45,7 +45,10 @@ t.test('adding, updating and deleting slices each send one new full message', as
   ], 'exactly one message per change, each a full set')
 })
 
-t.test('only endpoints that are ready, serving and not terminating are advertised (Kubernetes defaults for absent conditions)', async (t) => {
+// Issue 31: upstream's rule since stargate v0.14.2 (NVIDIA/nvcf#1271): ready and not
+// terminating, whatever serving says, so a warming Stargate behind a publishNotReadyAddresses
+// Service (ready=true, serving=false) is advertised and gets its Pylons before gateway traffic.
+t.test('endpoints that are ready and not terminating are advertised, whatever serving says (Kubernetes defaults for absent conditions)', async (t) => {
   const kr = await startKubeRouter(t, { args: NO_HEARTBEAT })
   const watcher = kr.watch()
   await watcher.nextWithIds([])
@@ -57,10 +60,11 @@ t.test('only endpoints that are ready, serving and not terminating are advertise
     [true, null, null, true],
     [false, true, false, false], // serving but not ready: not a target
     [false, null, null, false], // serving defaults to ready = false
-    [null, false, null, false], // not serving
-    [true, false, false, false],
+    [null, false, null, true], // not serving, ready by default: warming
+    [true, false, false, true], // warming behind a publishNotReadyAddresses Service
     [null, null, true, false], // terminating
     [true, true, true, false],
+    [true, false, true, false], // terminating behind a publishNotReadyAddresses Service (ready stays true)
     [false, true, true, false], // a terminating pod that still serves (graceful shutdown)
   ]
   const endpoints = cases.map(([ready, serving, terminating], i) =>
@@ -69,6 +73,11 @@ t.test('only endpoints that are ready, serving and not terminating are advertise
   const want = cases.flatMap(([, , , advertised], i) => advertised ? [`pod-${String(i).padStart(2, '0')}`] : [])
   const message = await watcher.next((m) => m.stargates.length > 0)
   t.same(idsOf(message), want)
+  const snapshot = await kr.snapshot()
+  t.same(snapshot.targets.map((x) => [x.identity, x.serving]), [['pod-00', true], ['pod-01', true], ['pod-02', true], ['pod-03', true], ['pod-06', false], ['pod-07', false]], '/debug/snapshot says which targets are not serving')
+  t.same(snapshot.unready.map((x) => x.identity), ['pod-04', 'pod-05'], '/debug/snapshot lists the pods that are present but not ready')
+  t.equal(await kr.metric('stargate_k8s_router_discovery_targets_not_serving'), 2)
+  t.equal(await kr.metric('stargate_k8s_router_discovery_unready_pods'), 2)
 })
 
 t.test('an address change alone sends no new message but /debug/snapshot shows the new address and generation', async (t) => {

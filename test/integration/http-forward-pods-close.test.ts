@@ -40,7 +40,7 @@ t.test('a second close() of the HTTP pods returns the first one\'s completion, w
   const pod = await RawHttpPod.start(POD_IP, (socket) => { socket.once('close', () => { podSawClose = true }) })
   t.teardown(() => { pod.close() })
   const store = new SnapshotStore()
-  store.stage('stargate-0', { identity: 'stargate-0', namespace: 'default', address: POD_IP, host: POD_IP, grpcPort: 50051, quicPort: 4433, httpPort: pod.port, nodeName: null, zone: null })
+  store.stage('stargate-0', { identity: 'stargate-0', namespace: 'default', address: POD_IP, host: POD_IP, grpcPort: 50051, quicPort: 4433, httpPort: pod.port, nodeName: null, zone: null, serving: true })
   store.markInitialized()
   store.flush()
   const pods = new HttpPods({ snapshot: store, connectTimeoutMs: 10_000, tls: null, serverName: () => 'stargate-0', closeGraceMs: 60_000, maxConnectionsPerPod: 1 })

@@ -14,7 +14,7 @@ import type { SnapshotReader, TargetSnapshot } from '../../lib/discovery/types.t
 import { createLogSink, type LogSink } from '../fixtures/log-sink.ts'
 
 const HOST = '127.0.66.1'
-const OURS: TargetSnapshot = { initialized: true, generation: 5, digest: 'digest-ours', targets: [], byIdentity: new Map() }
+const OURS: TargetSnapshot = { initialized: true, generation: 5, digest: 'digest-ours', targets: [], byIdentity: new Map(), unready: new Map() }
 const SNAPSHOT: SnapshotReader = { current: () => OURS, subscribe: (listener) => { listener(OURS); return () => {} } }
 
 function snapshotBody (digest: string): string {

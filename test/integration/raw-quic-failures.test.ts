@@ -3,8 +3,8 @@
  * the handshake left no log line and moved no metric. Now every refused or failed handshake is
  * counted in stargate_k8s_router_quic_handshake_failures_total{reason} and logged once per
  * reason per minute with the peer address, the SNI and the ALPN offered. And a tunnel whose pod
- * leaves the ready set is closed with 'target stargate left the ready set' after
- * --drain-grace-ms, unless the pod comes back first (as registrations are drained).
+ * starts terminating or leaves the Service is closed with 'target stargate left the ready set'
+ * after --drain-grace-ms, unless the pod comes back first (as registrations are drained).
  */
 import t from 'tap'
 import { writeFile } from 'node:fs/promises'
@@ -83,7 +83,7 @@ t.test('an ALPN the pod refuses is counted as upstream_alpn and the Pylon is tol
   t.equal(await cluster.outcome('relay_error'), 1)
 })
 
-t.test('a tunnel whose pod leaves the ready set is closed after --drain-grace-ms; one whose pod comes back first stays', async (t) => {
+t.test('a tunnel whose pod starts terminating is closed after --drain-grace-ms; one whose pod comes back to the Service first stays', async (t) => {
   const cluster = await QuicCluster.start(t, { pods: ['stargate-0', 'stargate-1'], subnet: '127.0.98', args: ['--drain-grace-ms', '700'] })
   const leaving = await cluster.dial('stargate-0')
   await leaving.ready()
@@ -94,8 +94,8 @@ t.test('a tunnel whose pod leaves the ready set is closed after --drain-grace-ms
   const tunnel1 = await stub1?.tunnel()
   if (stub1 === undefined || tunnel1 === undefined) throw new Error('no tunnel')
   const started = Date.now()
-  cluster.list('stargate-0', cluster.ipOf('stargate-0'), cluster.stubs.get('stargate-0')?.port ?? 0, false)
-  cluster.list('stargate-1', cluster.ipOf('stargate-1'), stub1.port, false)
+  cluster.list('stargate-0', cluster.ipOf('stargate-0'), cluster.stubs.get('stargate-0')?.port ?? 0, { ready: false, serving: true, terminating: true })
+  cluster.unlist('stargate-1')
   await cluster.waitForTargets(0)
   cluster.list('stargate-1', cluster.ipOf('stargate-1'), stub1.port, true)
   await cluster.waitForTargets(1)

@@ -83,7 +83,7 @@ t.test('a pod replaced at a new IP gets new streams at the new IP', async (t) =>
   t.equal(old?.registrations.length, 1, 'the old pod saw only the first stream')
 })
 
-t.test('a stream whose pod left the ready set ends with UNAVAILABLE after the drain grace', async (t) => {
+t.test('a stream whose pod starts terminating ends with UNAVAILABLE after the drain grace', async (t) => {
   const pods = await StubPods.start(t, { pods: ['stargate-0', 'stargate-1'], args: ['--drain-grace-ms', '300'] })
   const pylon = pods.pylon({ heartbeatMs: 50 })
   pylon.watch()
@@ -92,7 +92,7 @@ t.test('a stream whose pod left the ready set ends with UNAVAILABLE after the dr
   const leaving = await waitFor(() => { const r = pylon.registrations.get('stargate-0'); return r !== undefined && r.acks.length > 0 ? r : null })
   const staying = await waitFor(() => { const r = pylon.registrations.get('stargate-1'); return r !== undefined && r.acks.length > 0 ? r : null })
   const removedAt = Date.now()
-  pods.setReady('stargate-0', false)
+  pods.setConditions('stargate-0', { ready: false, serving: true, terminating: true })
   const status = await waitFor(() => leaving.status, { message: 'the drained stream to end', timeoutMs: 10_000 })
   t.equal(status.code, grpc.status.UNAVAILABLE)
   t.equal(status.details, 'target stargate stargate-0 left the ready set')
@@ -103,15 +103,15 @@ t.test('a stream whose pod left the ready set ends with UNAVAILABLE after the dr
   t.equal(await pods.kube.metric('stargate_k8s_router_registration_streams_closed_total', { outcome: 'drained' }), 1)
 })
 
-t.test('a pod that becomes ready again within the grace keeps its streams', async (t) => {
+t.test('a pod that comes back to the Service within the grace keeps its streams', async (t) => {
   const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--drain-grace-ms', '1500'] })
   const pylon = pods.pylon({ heartbeatMs: 50 })
   pylon.watch()
   const stargate = await waitFor(() => pylon.latest?.stargates[0], { message: 'advertised stargate' }) as StargateInfo
   const registration = pylon.register(stargate)
   await waitFor(() => registration.acks.length > 0)
-  pods.setReady('stargate-0', false)
-  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 0, { message: 'pod not ready' })
+  pods.removePod('stargate-0')
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 0, { message: 'pod gone from the Service' })
   pods.setReady('stargate-0', true)
   await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1, { message: 'pod ready again' })
   const acks = registration.acks.length

@@ -2,7 +2,9 @@
 // server/main.ts runs in a child process with exactly the argument list the upstream chart
 // renders for the backend router (every flag of it, once in `--flag=value` form and once in
 // `--flag value` form, the namespace once as a flag and once from POD_NAMESPACE), discovering
-// a pod from a fake kube-apiserver through KUBECONFIG. Two clients this project did not write,
+// a pod from a fake kube-apiserver through KUBECONFIG (listed as upstream's headless
+// publishNotReadyAddresses Service lists a Stargate in its warm-up: ready, not serving, issue
+// 31). Two clients this project did not write,
 // @grpc/grpc-js and Debian's python3-grpcio, reach it over insecure h2c, as a Pylon behind the
 // TLS-terminating Gateway does: WatchStargates carries the fields the Rust router sends, and a
 // registration reaches the pod. On SIGTERM both RPCs end UNAVAILABLE "router is shutting down".
@@ -33,6 +35,8 @@ const TEMPLATE = '{pod_name}.stargate.example.com'
 const DIAL = 'https://stargate.example.com:443'
 const POD = 'stargate-7d9f8b6c4-x2x7q'
 const HOST = `${POD}.stargate.example.com`
+/** The headless Service upstream's Stargate chart renders (publishNotReadyAddresses: true). */
+const UPSTREAM_HEADLESS_SERVICE = 'llm-request-router-headless'
 
 /**
  * The backend router's arguments as the upstream chart renders them, with this test's values
@@ -44,7 +48,7 @@ function chartArgs (o: { tlsDir: string, drainMs: number, namespace: boolean }):
     ['reverse-tunnel-listen-addr', '127.0.0.1:0'],
     ['health-listen-addr', '127.0.0.1:0'],
     ...(o.namespace ? [['target-namespace', NAMESPACE] as [string, string]] : []),
-    ['target-service-name', 'stargate-headless'],
+    ['target-service-name', UPSTREAM_HEADLESS_SERVICE],
     ['advertised-hostname-template', TEMPLATE],
     ['advertised-grpc-port', '50071'],
     ['grpc-pylon-dial-addr', DIAL],
@@ -87,7 +91,8 @@ t.test('the router starts with the upstream chart\'s arguments and serves grpc-j
   t.teardown(() => fake.close())
   const stub = await StubStargate.start({ podName: POD, ip: '127.0.93.10', advertisedHost: HOST, quicPort: 50072 })
   t.teardown(() => stub.close())
-  fake.apply(stargateSlice('stargate-headless-abc12', [pod(POD, '127.0.93.10')], { ports: { grpc: stub.port, quic: 50072 } }))
+  // Warming: upstream keeps a new Stargate unready for 60 s; its headless Service lists it anyway.
+  fake.apply(stargateSlice(`${UPSTREAM_HEADLESS_SERVICE}-abc12`, [pod(POD, '127.0.93.10', { ready: true, serving: false })], { service: UPSTREAM_HEADLESS_SERVICE, ports: { grpc: stub.port, quic: 50072 } }))
   const dir = await tempDir(t, 'stargate-chart-args-')
   const kubeconfig = await fake.writeKubeconfig(dir)
   // The tunnels' identity, as the chart mounts it; it does not make the front door TLS.

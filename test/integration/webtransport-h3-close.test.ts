@@ -5,7 +5,7 @@
  * close code and reason reach the other leg; a Pylon that ends its session and goes silent (as
  * Chromium does, without a CONNECTION_CLOSE) does not leave the pod's connection waiting for the
  * idle timeout. The router closes sessions itself at shutdown (`router shutdown`), when the
- * upstream trust is replaced (`trust_replaced`) and when the pod leaves the ready set.
+ * upstream trust is replaced (`trust_replaced`) and when the pod starts terminating.
  */
 import t from 'tap'
 import { writeFile } from 'node:fs/promises'
@@ -110,11 +110,11 @@ t.test('replacing the upstream trust bundle drains bridged sessions, closes them
   t.equal(again.status, 200, 'a new session is bridged under the new bundle')
 })
 
-t.test('a session to a pod that leaves the ready set is closed after --drain-grace-ms with the reason', async (t) => {
+t.test('a session to a pod that starts terminating is closed after --drain-grace-ms with the reason', async (t) => {
   const cluster = await H3Cluster.start(t, { pods: ['stargate-0'], stub: { mode: 'manual' }, routerArgs: ['--drain-grace-ms', '300'] })
   const { pylon, atPod } = await bridged(cluster)
   const left = Date.now()
-  cluster.publish('stargate-0', false)
+  cluster.publish('stargate-0', { ready: false, serving: true, terminating: true })
   t.same(await pylon.ended, { how: 'closed', code: 0, reason: 'target stargate left the ready set' })
   t.ok(Date.now() - left >= 250, 'after the drain grace')
   t.same(await atPod.ended, { how: 'closed', code: 0, reason: 'target stargate left the ready set' })

@@ -11,6 +11,7 @@ const ADDR_HINT = 'expected host:port such as 0.0.0.0:50071 or [::]:50071'
 const DIAL_RULE = '--grpc-pylon-dial-addr must be an explicit http:// or https:// URI'
 const DIAL_EXAMPLE = 'e.g. https://stargate-router.example.com:443'
 const REMOTE_RULE = 'remote Watch URL must be an explicit http:// or https:// URI'
+const REMOTE_EXAMPLE = 'e.g. https://stargate-router.region-b.example.com:443'
 
 interface Case {
   readonly why: string
@@ -264,80 +265,130 @@ const CASES: readonly Case[] = [
     why: 'a dial address that is host:port, not a URI',
     argv: ['--grpc-pylon-dial-addr', 'router.example:50071'],
     flag: 'grpc-pylon-dial-addr',
-    exitCode: 1,
+    exitCode: 2,
     message: `${DIAL_RULE}: got 'router.example:50071', which has no http:// or https:// scheme; ${DIAL_EXAMPLE}`,
   },
   {
     why: 'a dial address with another scheme',
     argv: ['--grpc-pylon-dial-addr=ftp://router.example'],
     flag: 'grpc-pylon-dial-addr',
-    exitCode: 1,
+    exitCode: 2,
     message: `${DIAL_RULE}: got 'ftp://router.example', whose scheme is not http or https; ${DIAL_EXAMPLE}`,
   },
   {
     why: 'a dial address with user info (not echoed: it may be a password)',
     argv: ['--grpc-pylon-dial-addr', 'https://pylon:s3cret@router.example'],
     flag: 'grpc-pylon-dial-addr',
-    exitCode: 1,
+    exitCode: 2,
     message: `${DIAL_RULE}: got a URI with user info (user@ or user:password@), which is not allowed; ${DIAL_EXAMPLE}`,
   },
   {
     why: 'a dial address with an empty user info',
     argv: ['--grpc-pylon-dial-addr', 'https://@router.example'],
     flag: 'grpc-pylon-dial-addr',
-    exitCode: 1,
+    exitCode: 2,
     message: `${DIAL_RULE}: got a URI with user info (user@ or user:password@), which is not allowed; ${DIAL_EXAMPLE}`,
   },
   {
     why: 'a dial address with an empty host',
     argv: ['--grpc-pylon-dial-addr', 'https://:443'],
     flag: 'grpc-pylon-dial-addr',
-    exitCode: 1,
+    exitCode: 2,
     message: `${DIAL_RULE}: got 'https://:443', which has no host; ${DIAL_EXAMPLE}`,
   },
   {
     why: 'a dial address with no host at all',
     argv: ['--grpc-pylon-dial-addr', 'http://'],
     flag: 'grpc-pylon-dial-addr',
-    exitCode: 1,
+    exitCode: 2,
     message: `${DIAL_RULE}: got 'http://', which has no host; ${DIAL_EXAMPLE}`,
   },
   {
     why: 'a dial address with a port above 65535',
     argv: ['--grpc-pylon-dial-addr', 'https://router.example:65536'],
     flag: 'grpc-pylon-dial-addr',
-    exitCode: 1,
-    message: `${DIAL_RULE}: got 'https://router.example:65536', whose port is not a number up to 65535; ${DIAL_EXAMPLE}`,
+    exitCode: 2,
+    message: `${DIAL_RULE}: got 'https://router.example:65536', whose port is not a number from 1 to 65535; ${DIAL_EXAMPLE}`,
+  },
+  // Issue 31: upstream's shared parser refuses a path, a query, a fragment, port 0 and an empty port.
+  {
+    why: 'a dial address with a path',
+    argv: ['--grpc-pylon-dial-addr', 'https://gw.example.com:443/pylon'],
+    flag: 'grpc-pylon-dial-addr',
+    exitCode: 2,
+    message: `${DIAL_RULE}: got 'https://gw.example.com:443/pylon', which has a path: nothing may follow the host and port but one /; ${DIAL_EXAMPLE}`,
+  },
+  {
+    why: 'a dial address with an empty port',
+    argv: ['--grpc-pylon-dial-addr', ' https://gw.example.com: '],
+    flag: 'grpc-pylon-dial-addr',
+    exitCode: 2,
+    message: `${DIAL_RULE}: got 'https://gw.example.com:', whose port is empty (a colon with no number after it); ${DIAL_EXAMPLE}`,
+  },
+  {
+    why: 'a dial address with port 0',
+    argv: ['--grpc-pylon-dial-addr', 'https://[::1]:0'],
+    flag: 'grpc-pylon-dial-addr',
+    exitCode: 2,
+    message: `${DIAL_RULE}: got 'https://[::1]:0', whose port is not a number from 1 to 65535; ${DIAL_EXAMPLE}`,
+  },
+  {
+    why: 'a dial address of blanks only',
+    argv: ['--grpc-pylon-dial-addr', '   '],
+    flag: 'grpc-pylon-dial-addr',
+    exitCode: 2,
+    message: 'missing --grpc-pylon-dial-addr: give the http:// or https:// URI Pylons dial to reach the routers, e.g. https://stargate-router.example.com:443',
+  },
+  {
+    why: 'a remote Watch URL with a query (not echoed: it may carry a token)',
+    argv: ['--remote-stargate-url', 'https://b.example.com?token=s3cret'],
+    flag: 'remote-stargate-url',
+    exitCode: 2,
+    message: `invalid --remote-stargate-url: ${REMOTE_RULE}: got 'https://b.example.com?…', which has a query: nothing may follow the host and port but one /; ${REMOTE_EXAMPLE}`,
+  },
+  {
+    why: 'a remote Watch URL with a fragment',
+    argv: ['--remote-stargate-url', 'https://b.example.com/#x'],
+    flag: 'remote-stargate-url',
+    exitCode: 2,
+    message: `invalid --remote-stargate-url: ${REMOTE_RULE}: got 'https://b.example.com/#…', which has a fragment: nothing may follow the host and port but one /; ${REMOTE_EXAMPLE}`,
+  },
+  {
+    why: 'a malformed remote Watch URL is a usage error even when another one is http:// without the opt-in',
+    argv: ['--remote-stargate-url', 'http://a.example.com', '--remote-stargate-url', 'https://b.example.com/watch'],
+    flag: 'remote-stargate-url',
+    exitCode: 2,
+    message: `invalid --remote-stargate-url: ${REMOTE_RULE}: got 'https://b.example.com/watch', which has a path: nothing may follow the host and port but one /; ${REMOTE_EXAMPLE}`,
   },
   {
     why: 'a dial address from the environment that is host:port',
     argv: [],
     env: { POD_NAMESPACE: 'stargate', STARGATE_GRPC_PYLON_DIAL_ADDR: 'router:50071' },
     flag: 'grpc-pylon-dial-addr',
-    exitCode: 1,
+    exitCode: 2,
     message: `${DIAL_RULE}: got 'router:50071', which has no http:// or https:// scheme; ${DIAL_EXAMPLE}`,
   },
   {
     why: 'a remote Watch URL that is host:port',
     argv: ['--remote-stargate-url', 'https://ok.example', '--remote-stargate-url', 'router.example:50071'],
     flag: 'remote-stargate-url',
-    exitCode: 1,
-    message: `invalid --remote-stargate-url: ${REMOTE_RULE}: got 'router.example:50071', which has no http:// or https:// scheme`,
+    exitCode: 2,
+    message: `invalid --remote-stargate-url: ${REMOTE_RULE}: got 'router.example:50071', which has no http:// or https:// scheme; ${REMOTE_EXAMPLE}`,
   },
   {
     why: 'a remote Watch URL with user info',
     argv: ['--remote-stargate-url', 'https://user:pw@router.example'],
     flag: 'remote-stargate-url',
-    exitCode: 1,
-    message: `invalid --remote-stargate-url: ${REMOTE_RULE}: got a URI with user info (user@ or user:password@), which is not allowed`,
+    exitCode: 2,
+    message: `invalid --remote-stargate-url: ${REMOTE_RULE}: got a URI with user info (user@ or user:password@), which is not allowed; ${REMOTE_EXAMPLE}`,
   },
   {
     why: 'a remote Watch URL that is not a URI, from the comma-delimited environment variable',
     argv: [],
     env: { ...NS, STARGATE_REMOTE_WATCH_URLS: 'https://ok.example,not a url' },
     flag: 'remote-stargate-url',
-    exitCode: 1,
-    message: `invalid --remote-stargate-url (STARGATE_REMOTE_WATCH_URLS): ${REMOTE_RULE}: got 'not a url', which has no http:// or https:// scheme`,
+    exitCode: 2,
+    message: `invalid --remote-stargate-url (STARGATE_REMOTE_WATCH_URLS): ${REMOTE_RULE}: got 'not a url', which has no http:// or https:// scheme; ${REMOTE_EXAMPLE}`,
   },
   {
     why: 'an http:// remote Watch URL without --allow-insecure-remote-watch-http',
@@ -390,6 +441,13 @@ t.test('each invalid input is a ConfigError naming the flag with a one-line mess
   }
 })
 
+t.test('URIs are used as trimmed: the dial address in every StargateInfo, the remote Watch URLs sorted', async (t) => {
+  const parsed = parseConfig(['--grpc-pylon-dial-addr', '  https://gw.example.com:443/ ', '--remote-stargate-url', ' https://b.example.com ,https://a.example.com/'], { POD_NAMESPACE: 'stargate' })
+  if (parsed.kind !== 'config') throw new Error('expected a config')
+  t.equal(parsed.config.grpcPylonDialAddr, 'https://gw.example.com:443/')
+  t.strictSame(parsed.config.remoteStargateUrls, ['https://a.example.com/', 'https://b.example.com'])
+})
+
 t.test('valid listen addresses parse to host and port', async (t) => {
   const cases: Array<[string, { host: string, port: number }]> = [
     ['[::1]:80', { host: '::1', port: 80 }],
@@ -421,6 +479,25 @@ t.test('--help returns the help text listing every flag, its environment variabl
     t.equal(lines[at + 1], `      ${spec.help}; env ${spec.env.join(', ')}`, `--help explains --${spec.name}`)
   }
   t.ok(lines.includes('  --help'))
+})
+
+// Issue 31: --help showed `<ms|n>` for every number, ports included.
+t.test('--help names what each value is: <port> for ports, <ms> for durations, <host:port> for addresses', async (t) => {
+  const lines = helpText().split('\n')
+  const shown = (flag: string): string | undefined => lines.find((line) => line.startsWith(`  --${flag} `) || line === `  --${flag}`)
+  for (const flag of ['advertised-grpc-port', 'peer-health-port']) t.match(shown(flag), new RegExp(`^  --${flag} <port> \\(default \\d+\\)$`), `--${flag}`)
+  t.match(shown('watch-heartbeat-ms'), /^ {2}--watch-heartbeat-ms <ms> \(default 5000\)$/)
+  t.match(shown('http-max-body-bytes'), /^ {2}--http-max-body-bytes <bytes> /)
+  t.match(shown('quic-max-connections'), /^ {2}--quic-max-connections <n> /)
+  t.match(shown('listen-addr'), /^ {2}--listen-addr <host:port> /)
+  t.match(shown('grpc-pylon-dial-addr'), /^ {2}--grpc-pylon-dial-addr <uri>$/)
+  t.equal(shown('quic-insecure'), '  --quic-insecure (default false)', 'a boolean takes no value')
+  t.notOk(lines.some((line) => line.includes('<ms|n>')), 'no flag shows <ms|n>')
+  for (const spec of FLAGS) {
+    if (spec.kind !== 'int') continue
+    const port = spec.name.endsWith('-port')
+    t.equal(spec.placeholder === 'port', port, `--${spec.name} ${port ? 'is' : 'is not'} shown as a port`)
+  }
 })
 
 t.test('--help wins over otherwise invalid configuration', async (t) => {

@@ -67,7 +67,7 @@ function compile (source: string): HostnameTemplate {
 }
 
 function target (identity: string, httpPort: number | null): PodTarget {
-  return { identity, namespace: 'stargate', address: '10.0.0.1', host: '10.0.0.1', grpcPort: 50051, quicPort: 50052, httpPort, nodeName: null, zone: null }
+  return { identity, namespace: 'stargate', address: '10.0.0.1', host: '10.0.0.1', grpcPort: 50051, quicPort: 50052, httpPort, nodeName: null, zone: null, serving: true }
 }
 
 function snapshotOf (targets: readonly PodTarget[]): TargetSnapshot {

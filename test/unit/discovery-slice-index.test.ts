@@ -7,19 +7,19 @@ import type { ParsedSlice } from '../../lib/discovery/endpoint-slice.ts'
 import type { PodTarget } from '../../lib/discovery/types.ts'
 
 function target (identity: string, address: string): PodTarget {
-  return { identity, namespace: 'stargate', address, host: address, grpcPort: 50051, quicPort: 50052, httpPort: null, nodeName: null, zone: null }
+  return { identity, namespace: 'stargate', address, host: address, grpcPort: 50051, quicPort: 50052, httpPort: null, nodeName: null, zone: null, serving: true }
 }
 
-/** A parsed slice: identity -> address (ready) or null (present, not ready). */
+/** A parsed slice: identity -> address (ready) or null (terminating). */
 function parsed (pods: Record<string, string | null>): ParsedSlice {
   return {
-    observations: Object.entries(pods).map(([identity, address]) => ({ identity, target: address === null ? null : target(identity, address) })),
+    observations: Object.entries(pods).map(([identity, address]) => ({ identity, target: address === null ? null : { target: target(identity, address), ready: true } })),
     skipped: [],
   }
 }
 
 function addressOf (index: SliceIndex, identity: string): string | null {
-  return index.winner(identity)?.address ?? null
+  return index.winner(identity)?.target.address ?? null
 }
 
 t.test('the later slice event wins, in either order, whatever the slice names', async (t) => {
@@ -58,7 +58,7 @@ t.test('removing the pod from the winning slice falls back to the other copy', a
   t.equal(addressOf(index, 'stargate-0'), '10.0.0.1')
 })
 
-t.test('a later not-ready observation hides an earlier ready one', async (t) => {
+t.test('a later terminating observation hides an earlier ready one', async (t) => {
   const index = new SliceIndex()
   index.upsert('ns/a', '1', parsed({ 'stargate-0': '10.0.0.1' }))
   index.upsert('ns/b', '2', parsed({ 'stargate-0': null }))
@@ -95,7 +95,7 @@ t.test('fed through the store, one identity always gives one target, from the la
   const index = new SliceIndex()
   const store = new SnapshotStore()
   const apply = (identities: readonly string[]): void => {
-    for (const identity of identities) store.stage(identity, index.winner(identity))
+    for (const identity of identities) store.stage(identity, index.winner(identity)?.target ?? null)
     store.flush()
   }
   store.markInitialized()

@@ -35,11 +35,12 @@ function randomTarget (rand: () => number, identity: string): PodTarget {
     httpPort: pick([null, 8000]),
     nodeName: pick([null, 'node-a']),
     zone: pick([null, 'zone-1']),
+    serving: pick([true, false]),
   }
 }
 
 function fromScratch (model: ReadonlyMap<string, PodTarget>): TargetSnapshot {
-  const built = new SnapshotBuilder().next(UNINITIALIZED_SNAPSHOT, model)
+  const built = new SnapshotBuilder().next(UNINITIALIZED_SNAPSHOT, new Map([...model].map(([identity, target]) => [identity, { target, ready: true }])))
   if (built === null) throw new Error('a from-scratch build always publishes')
   return built
 }

@@ -3,7 +3,7 @@
 import t from 'tap'
 import { setImmediate as nextMacrotask } from 'node:timers/promises'
 import { SnapshotStore } from '../../lib/discovery/snapshot-store.ts'
-import type { PodTarget, TargetSnapshot } from '../../lib/discovery/types.ts'
+import { presentTarget, type PodTarget, type TargetSnapshot } from '../../lib/discovery/types.ts'
 
 function target (identity: string, extra: Partial<PodTarget> = {}): PodTarget {
   const address = extra.address ?? '10.0.0.1'
@@ -17,6 +17,7 @@ function target (identity: string, extra: Partial<PodTarget> = {}): PodTarget {
     httpPort: 8000,
     nodeName: 'node-a',
     zone: 'zone-1',
+    serving: true,
     ...extra,
   }
 }
@@ -180,6 +181,7 @@ t.test('the digest changes when any field of any target changes', async (t) => {
     ['nodeName removed', { nodeName: null }],
     ['zone', { zone: 'zone-2' }],
     ['zone removed', { zone: null }],
+    ['serving', { serving: false }],
   ]
   const digests = new Set<string>()
   for (const [why, change] of changes) {
@@ -250,18 +252,101 @@ t.test('a snapshot handed out is never changed by later changes', async (t) => {
   store.markInitialized()
   stageAll(store, ['a', 'b', 'c', 'd'].map((id) => target(id)))
   store.flush()
+  store.stage('u', target('u'), 'unready')
+  store.flush()
   const kept = store.current()
-  const copy = structuredClone({ ...kept, byIdentity: [...kept.byIdentity] })
+  const copy = structuredClone({ ...kept, byIdentity: [...kept.byIdentity], unready: [...kept.unready] })
 
   store.stage('a', null)
   store.stage('b', target('b', { address: '10.0.0.2' }))
   store.stage('e', target('e'))
+  store.stage('c', target('c'), 'unready')
+  store.stage('u', null)
   store.flush()
   stageAll(store, Array.from({ length: 100 }, (_, i) => target(`bulk-${i}`))) // the bulk path
   store.flush()
 
-  t.strictSame({ ...kept, byIdentity: [...kept.byIdentity] }, copy)
+  t.strictSame({ ...kept, byIdentity: [...kept.byIdentity], unready: [...kept.unready] }, copy)
   t.ok(Object.isFrozen(kept))
   t.ok(Object.isFrozen(kept.targets))
-  t.equal(store.current().targets.length, 104)
+  t.equal(store.current().targets.length, 103)
+})
+
+// Issue 31: a pod that merely turns unready (listed, not ready, not terminating) is no target,
+// but the snapshot keeps it apart from a terminating or gone one, so that registrations and
+// tunnels already relayed to it are kept while only terminating or gone pods are drained.
+t.test('an unready pod leaves the targets for the unready pods, and comes back; a terminating one leaves both', async (t) => {
+  const store = new SnapshotStore()
+  store.markInitialized()
+  stageAll(store, [target('a'), target('b', { address: '10.0.0.2' })])
+  store.flush()
+  const full = store.current()
+
+  store.stage('b', target('b', { address: '10.0.0.2' }), 'unready')
+  t.equal(store.flush(), true)
+  const unready = store.current()
+  t.strictSame(ids(unready), ['a'])
+  t.equal(unready.byIdentity.has('b'), false, 'not routable')
+  t.strictSame([...unready.unready.keys()], ['b'])
+  t.equal(presentTarget(unready, 'b')?.address, '10.0.0.2', 'present for the drains')
+  t.equal(presentTarget(unready, 'a')?.address, '10.0.0.1')
+  t.equal(unready.generation, full.generation + 1)
+
+  store.stage('b', target('b', { address: '10.0.0.2' }))
+  store.flush()
+  t.strictSame(ids(store.current()), ['a', 'b'])
+  t.equal(store.current().unready.size, 0)
+  t.equal(store.current().digest, full.digest, 'the same targets, the same digest')
+
+  store.stage('b', target('b', { address: '10.0.0.2' }), 'unready')
+  store.flush()
+  store.stage('b', null)
+  t.equal(store.flush(), true, 'terminating or gone: a change although the targets stay the same')
+  t.strictSame(ids(store.current()), ['a'])
+  t.equal(store.current().unready.size, 0)
+  t.equal(presentTarget(store.current(), 'b'), undefined)
+})
+
+t.test('a change of the unready pods alone publishes the same targets, map and digest', async (t) => {
+  const store = new SnapshotStore()
+  store.markInitialized()
+  stageAll(store, [target('a')])
+  store.flush()
+  const before = store.current()
+  store.stage('x', target('x'), 'unready')
+  t.equal(store.flush(), true)
+  const after = store.current()
+  t.equal(after.generation, before.generation + 1)
+  t.equal(after.targets, before.targets, 'the same frozen array')
+  t.equal(after.byIdentity, before.byIdentity, 'the same map')
+  t.equal(after.digest, before.digest)
+  store.stage('x', target('x'), 'unready')
+  t.equal(store.flush(), false, 'the same unready pod again is no change')
+  store.stage('x', target('x', { address: '10.0.0.9' }), 'unready')
+  t.equal(store.flush(), true, 'an unready pod that moved is a change (its tunnels follow its address)')
+})
+
+t.test('the first published snapshot may hold only unready pods: initialized, no targets, the empty digest', async (t) => {
+  const store = new SnapshotStore()
+  store.stage('x', target('x'), 'unready')
+  store.markInitialized()
+  store.flush()
+  const s = store.current()
+  t.equal(s.initialized, true)
+  t.strictSame(ids(s), [])
+  t.equal(s.unready.size, 1)
+  t.equal(s.digest, '0'.repeat(32))
+})
+
+t.test('a warming target (not serving) is a target; its digest differs from the serving one', async (t) => {
+  const store = new SnapshotStore()
+  store.markInitialized()
+  store.stage('a', target('a', { serving: false }))
+  store.flush()
+  const warming = store.current()
+  t.strictSame(ids(warming), ['a'])
+  t.equal(warming.byIdentity.get('a')?.serving, false)
+  store.stage('a', target('a'))
+  t.equal(store.flush(), true, 'turning serving is a change')
+  t.not(store.current().digest, warming.digest)
 })

@@ -16,6 +16,7 @@ function target (identity: string, address: string, extra: Partial<PodTarget> = 
     httpPort: null,
     nodeName: null,
     zone: null,
+    serving: true,
     ...extra,
   }
 }
@@ -43,6 +44,19 @@ t.test('a YAML object with a targets list gives targets in file order', async (t
       target('stargate-1', '10.0.0.12', { httpPort: 8000, namespace: 'stargate', nodeName: 'node-a', zone: 'zone-1' }),
       target('stargate-0', 'fd00::1'),
     ],
+    problems: [],
+  })
+})
+
+t.test('serving: false lists a warming pod (a target, no LLM client HTTP); absent or null means serving', async (t) => {
+  const text = [
+    '- {identity: stargate-0, address: 10.0.0.1, grpcPort: 50051, quicPort: 50052, serving: false}',
+    '- {identity: stargate-1, address: 10.0.0.2, grpcPort: 50051, quicPort: 50052, serving: true}',
+    '- {identity: stargate-2, address: 10.0.0.3, grpcPort: 50051, quicPort: 50052, serving: null}',
+  ].join('\n')
+  t.strictSame(parseTargetsFile(text, 'default-ns'), {
+    ok: true,
+    items: [target('stargate-0', '10.0.0.1', { serving: false }), target('stargate-1', '10.0.0.2'), target('stargate-2', '10.0.0.3')],
     problems: [],
   })
 })
@@ -87,6 +101,7 @@ t.test('each bad entry is skipped with one problem line and the good ones are ke
     ['fractional port', { ...good, identity: 'bad', grpcPort: 1.5 }, 'targets[0] (bad): grpcPort and quicPort must be 1..65535'],
     ['httpPort 0', { ...good, identity: 'bad', httpPort: 0 }, 'targets[0] (bad): httpPort must be 1..65535'],
     ['httpPort as a string', { ...good, identity: 'bad', httpPort: 'http' }, 'targets[0] (bad): httpPort must be 1..65535'],
+    ['serving as a string', { ...good, identity: 'bad', serving: 'false' }, 'targets[0] (bad): serving must be true or false'],
   ]
   for (const [why, entry, problem] of cases) {
     const text = JSON.stringify({ targets: [entry, { identity: 'stargate-ok', ...good }] })

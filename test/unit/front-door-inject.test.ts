@@ -17,7 +17,7 @@ import { createLogSink, type LogSink } from '../fixtures/log-sink.ts'
 
 function target (identity: string, httpPort: number | null): PodTarget {
   // 192.0.2.0/24 (TEST-NET-1): nothing in these tests may reach it.
-  return { identity, namespace: 'stargate', address: '192.0.2.1', host: '192.0.2.1', grpcPort: 50051, quicPort: 50052, httpPort, nodeName: null, zone: null }
+  return { identity, namespace: 'stargate', address: '192.0.2.1', host: '192.0.2.1', grpcPort: 50051, quicPort: 50052, httpPort, nodeName: null, zone: null, serving: true }
 }
 
 interface Built {

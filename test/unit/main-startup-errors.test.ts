@@ -19,6 +19,7 @@ const DIAL = ['--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR]
 const DIAL_RULE = '--grpc-pylon-dial-addr must be an explicit http:// or https:// URI'
 const DIAL_EXAMPLE = 'e.g. https://stargate-router.example.com:443'
 const REMOTE_RULE = 'remote Watch URL must be an explicit http:// or https:// URI'
+const REMOTE_EXAMPLE = 'e.g. https://stargate-router.region-b.example.com:443'
 
 interface StartupCase {
   readonly why: string
@@ -61,15 +62,26 @@ t.test('an unknown, removed or malformed flag, or a missing required one, exits 
   ])
 })
 
+// Issue 31: upstream parses both URI flags with one shared parser as clap value parsers, so a
+// malformed value is a usage error (exit 2), one line naming the flag, the problem and the fix.
+t.test('a malformed --grpc-pylon-dial-addr or --remote-stargate-url exits 2 naming the flag', async (t) => {
+  await runCases(t, [
+    { why: 'a dial address that is host:port', args: ['--grpc-pylon-dial-addr', 'router.example:50071'], code: 2, line: `${DIAL_RULE}: got 'router.example:50071', which has no http:// or https:// scheme; ${DIAL_EXAMPLE}` },
+    { why: 'a dial address with another scheme', args: ['--grpc-pylon-dial-addr=ftp://router.example'], code: 2, line: `${DIAL_RULE}: got 'ftp://router.example', whose scheme is not http or https; ${DIAL_EXAMPLE}` },
+    { why: 'a dial address with user info', args: ['--grpc-pylon-dial-addr', 'https://pylon:s3cret@router.example'], code: 2, line: `${DIAL_RULE}: got a URI with user info (user@ or user:password@), which is not allowed; ${DIAL_EXAMPLE}` },
+    { why: 'a dial address with an empty host', args: ['--grpc-pylon-dial-addr', 'https://:443'], code: 2, line: `${DIAL_RULE}: got 'https://:443', which has no host; ${DIAL_EXAMPLE}` },
+    { why: 'a dial address with a port above 65535', args: ['--grpc-pylon-dial-addr', 'http://router.example:70000'], code: 2, line: `${DIAL_RULE}: got 'http://router.example:70000', whose port is not a number from 1 to 65535; ${DIAL_EXAMPLE}` },
+    { why: 'a dial address with port 0', args: ['--grpc-pylon-dial-addr', 'https://router.example:0'], code: 2, line: `${DIAL_RULE}: got 'https://router.example:0', whose port is not a number from 1 to 65535; ${DIAL_EXAMPLE}` },
+    { why: 'a dial address with an empty port', args: ['--grpc-pylon-dial-addr', 'https://router.example:'], code: 2, line: `${DIAL_RULE}: got 'https://router.example:', whose port is empty (a colon with no number after it); ${DIAL_EXAMPLE}` },
+    { why: 'a dial address with a path, from the environment', args: [], env: { POD_NAMESPACE: 'stargate', STARGATE_GRPC_PYLON_DIAL_ADDR: ' https://gw.example.com/pylon ' }, code: 2, line: `${DIAL_RULE}: got 'https://gw.example.com/pylon', which has a path: nothing may follow the host and port but one /; ${DIAL_EXAMPLE}` },
+    { why: 'a remote Watch URL that is host:port', args: [...DIAL, '--remote-stargate-url', 'router.west.example:50071'], code: 2, line: `invalid --remote-stargate-url: ${REMOTE_RULE}: got 'router.west.example:50071', which has no http:// or https:// scheme; ${REMOTE_EXAMPLE}` },
+    { why: 'a remote Watch URL from STARGATE_REMOTE_WATCH_URLS with another scheme', args: DIAL, env: { POD_NAMESPACE: 'stargate', STARGATE_REMOTE_WATCH_URLS: 'https://a.example,grpc://b.example' }, code: 2, line: `invalid --remote-stargate-url (STARGATE_REMOTE_WATCH_URLS): ${REMOTE_RULE}: got 'grpc://b.example', whose scheme is not http or https; ${REMOTE_EXAMPLE}` },
+    { why: 'a remote Watch URL with a query', args: [...DIAL, '--remote-stargate-url', 'https://b.example?region=b'], code: 2, line: `invalid --remote-stargate-url: ${REMOTE_RULE}: got 'https://b.example?…', which has a query: nothing may follow the host and port but one /; ${REMOTE_EXAMPLE}` },
+  ])
+})
+
 t.test('a configuration that parses but is invalid exits 1 naming the flag', async (t) => {
   await runCases(t, [
-    { why: 'a dial address that is host:port', args: ['--grpc-pylon-dial-addr', 'router.example:50071'], code: 1, line: `${DIAL_RULE}: got 'router.example:50071', which has no http:// or https:// scheme; ${DIAL_EXAMPLE}` },
-    { why: 'a dial address with another scheme', args: ['--grpc-pylon-dial-addr=ftp://router.example'], code: 1, line: `${DIAL_RULE}: got 'ftp://router.example', whose scheme is not http or https; ${DIAL_EXAMPLE}` },
-    { why: 'a dial address with user info', args: ['--grpc-pylon-dial-addr', 'https://pylon:s3cret@router.example'], code: 1, line: `${DIAL_RULE}: got a URI with user info (user@ or user:password@), which is not allowed; ${DIAL_EXAMPLE}` },
-    { why: 'a dial address with an empty host', args: ['--grpc-pylon-dial-addr', 'https://:443'], code: 1, line: `${DIAL_RULE}: got 'https://:443', which has no host; ${DIAL_EXAMPLE}` },
-    { why: 'a dial address with a port above 65535', args: ['--grpc-pylon-dial-addr', 'http://router.example:70000'], code: 1, line: `${DIAL_RULE}: got 'http://router.example:70000', whose port is not a number up to 65535; ${DIAL_EXAMPLE}` },
-    { why: 'a remote Watch URL that is host:port', args: [...DIAL, '--remote-stargate-url', 'router.west.example:50071'], code: 1, line: `invalid --remote-stargate-url: ${REMOTE_RULE}: got 'router.west.example:50071', which has no http:// or https:// scheme` },
-    { why: 'a remote Watch URL from STARGATE_REMOTE_WATCH_URLS with another scheme', args: DIAL, env: { POD_NAMESPACE: 'stargate', STARGATE_REMOTE_WATCH_URLS: 'https://a.example,grpc://b.example' }, code: 1, line: `invalid --remote-stargate-url (STARGATE_REMOTE_WATCH_URLS): ${REMOTE_RULE}: got 'grpc://b.example', whose scheme is not http or https` },
     { why: 'an http:// remote Watch URL without the opt-in', args: [...DIAL, '--remote-stargate-url', 'http://router.west.example:50071'], code: 1, line: "invalid --remote-stargate-url 'http://router.west.example:50071': http:// remote Watch URLs require --allow-insecure-remote-watch-http; use https:// or set that flag" },
     { why: 'a drain timeout of 0', args: [...DIAL, '--shutdown-drain-timeout-ms', '0'], code: 1, line: 'invalid --shutdown-drain-timeout-ms 0: must be between 1 and 86400000' },
     { why: 'a watch heartbeat of 0', args: [...DIAL, '--watch-heartbeat-ms', '0'], code: 1, line: 'invalid --watch-heartbeat-ms 0: must be between 1 and 86400000' },

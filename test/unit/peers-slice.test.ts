@@ -33,7 +33,8 @@ t.test('a targetRef that is not a Pod falls back to the address; an empty kind c
   t.strictSame(peersOf(slice([{ pod: 'router-2', ip: '10.0.0.3', targetRefKind: null }])), [['routers/router-2', '10.0.0.3', 9090]])
 })
 
-t.test('only ready endpoints are peers (absent ready means ready; serving-but-terminating is out)', async (t) => {
+// SPEC §10: peers use the target rule of §3 rule 2 (ready and not terminating, whatever serving says).
+t.test('only ready, non-terminating endpoints are peers (absent ready means ready; serving does not count)', async (t) => {
   // [ready, serving, terminating, peer]; null = condition absent from the slice
   const cases: Array<[boolean | null, boolean | null, boolean | null, boolean]> = [
     [true, true, false, true],
@@ -41,7 +42,9 @@ t.test('only ready endpoints are peers (absent ready means ready; serving-but-te
     [null, true, null, true],
     [false, false, false, false],
     [false, true, false, false],
-    [null, false, null, false],
+    [null, false, null, true],
+    [true, false, false, true], // a publishNotReadyAddresses Service's not-yet-ready pod
+    [true, false, true, false], // ...and its terminating one
     [false, true, true, false], // draining: still serving, but terminating
     [null, true, true, false],
     [true, true, true, false],

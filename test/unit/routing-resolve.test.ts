@@ -13,7 +13,7 @@ function compile (source: string): HostnameTemplate {
 }
 
 function target (identity: string, address: string): PodTarget {
-  return { identity, namespace: 'stargate', address, host: address, grpcPort: 50051, quicPort: 50052, httpPort: null, nodeName: null, zone: null }
+  return { identity, namespace: 'stargate', address, host: address, grpcPort: 50051, quicPort: 50052, httpPort: null, nodeName: null, zone: null, serving: true }
 }
 
 function snapshotOf (targets: readonly PodTarget[]): TargetSnapshot {

@@ -62,14 +62,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- $kind -}}
 {{- end -}}
 
+{{/* Upstream's Stargate chart names its headless Service so for either workload kind. */}}
 {{- define "stargate-router.stargateServiceName" -}}
-{{- if .Values.stargate.serviceName -}}
-{{- .Values.stargate.serviceName -}}
-{{- else if eq (include "stargate-router.workloadKind" .) "StatefulSet" -}}
-stargate-headless
-{{- else -}}
-stargate
-{{- end -}}
+{{- default "llm-request-router-headless" .Values.stargate.serviceName -}}
 {{- end -}}
 
 {{- define "stargate-router.stargateNamespace" -}}
