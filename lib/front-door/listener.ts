@@ -509,7 +509,8 @@ export class FrontDoorListener {
       stream.once('close', onH2StreamClose)
     }
     const grpc = isGrpcContentType(headers['content-type'])
-    // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but does not enforce it (http2-server.ts).
+    // Node resets lists over the advertised size (twice the limit) itself; between the limit
+    // and that, this answer (http2-server.ts, advertisedHeaderListSize).
     if (admission === 'headers_too_large') {
       const answer = this.#headersTooLarge
       if (grpc) respondWithStatus(stream, answer.grpc.status, answer.grpc.message)
