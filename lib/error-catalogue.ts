@@ -57,6 +57,8 @@ export interface CatalogueArea {
   /** The file that defines the table, relative to the repository root. */
   readonly file: string
   readonly rows: readonly CatalogueRow[]
+  /** Paragraphs after the table: answers of the area that are not one of its codes. */
+  readonly notes?: readonly string[]
 }
 
 /** An area's rows, in table order: `seen` renders what the user sees of one entry. */

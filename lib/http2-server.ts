@@ -13,17 +13,37 @@ import { DEFAULT_RAPID_RESET, RapidResetGuard, type RapidResetGuardOptions } fro
 
 export interface Http2Limits {
   readonly maxConcurrentStreams: number
-  /** Advertised in SETTINGS and enforced per stream (RFC 7541 §4.1 size): Node only advertises it. */
+  /** Header lists over this (RFC 7541 §4.1 size) are answered 431 by the listener (see advertisedHeaderListSize). */
   readonly maxHeaderListSize: number
 }
 
 export const DEFAULT_HTTP2_LIMITS: Http2Limits = { maxConcurrentStreams: 1000, maxHeaderListSize: 16 * 1024 }
 
+/**
+ * The SETTINGS_MAX_HEADER_LIST_SIZE a listener advertises: twice the limit it answers 431
+ * above. Node's binding enforces the advertised value itself once the client has acknowledged
+ * the SETTINGS, and resets a stream over it with RST_STREAM ENHANCE_YOUR_CALM before any
+ * handler sees it (src/node_http2.cc, Http2Stream::AddHeader); advertising the limit itself
+ * turned the documented 431 into that reset for every client that acknowledges SETTINGS, i.e.
+ * every real one. With twice the limit advertised, a list between the limit and twice it gets
+ * the 431 (RFC 9113 §10.5.1); beyond that, the reset.
+ */
+export function advertisedHeaderListSize (limits: Http2Limits): number {
+  return 2 * limits.maxHeaderListSize
+}
+
+/** Bytes a header field costs at least (RFC 7541 §4.1): 32 of overhead and a name of one. */
+const MIN_FIELD_SIZE = 33
+
 /** The options every router HTTP/2 server shares, with extra SETTINGS (e.g. extended CONNECT). */
 export function hardenedHttp2Options (limits: Http2Limits, settings: Settings = {}): ServerOptions {
+  const advertised = advertisedHeaderListSize(limits)
   return {
-    settings: { ...settings, maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: limits.maxHeaderListSize, enablePush: false },
-    maxHeaderListPairs: 256,
+    settings: { ...settings, maxConcurrentStreams: limits.maxConcurrentStreams, maxHeaderListSize: advertised, enablePush: false },
+    // Node resets a stream with more fields than this (ENHANCE_YOUR_CALM) whatever their size.
+    // As many as fit in the advertised size, so the size decides: 300 short fields under the
+    // limit are served, not reset.
+    maxHeaderListPairs: Math.max(4, Math.floor(advertised / MIN_FIELD_SIZE)),
     // nghttp2's floods (CVE-2019-9512..9518): invalid frames, refused streams, SETTINGS and PINGs
     // a peer may make the server answer.
     maxSessionInvalidFrames: 100,

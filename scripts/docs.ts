@@ -87,6 +87,7 @@ export function renderErrorsDoc (): string {
     lines.push('| code | what the user sees | meaning | what to do |', '|---|---|---|---|')
     for (const row of area.rows) lines.push(`| \`${row.code}\` | ${cell(row.seen)} | ${cell(row.meaning)} | ${cell(row.action)} |`)
     lines.push('')
+    for (const note of area.notes ?? []) lines.push(note, '')
   }
   return lines.join('\n')
 }

@@ -244,6 +244,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     debugRoutes: peers === null ? [] : [peers.debugRoute],
     logger,
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('health', reason).inc() },
+    onEvicted: (state) => { metrics.limits.healthConnectionsEvicted.labels(state).inc() },
   })
   closers.push('health', () => health.close())
   const healthAddress = await health.listen()

@@ -63,7 +63,7 @@ export class FrontDoor {
         listener = new FrontDoorListener({ ...options, onHttpRequest: handler as FrontDoorOptions['onHttpRequest'] })
         return listener.http1Server
       },
-      clientErrorHandler: createClientErrorHandler(maxHeaderListSize, options.logger),
+      clientErrorHandler: createClientErrorHandler(maxHeaderListSize, options.logger, (socket) => listener?.h1ClientError(socket) ?? false),
       genReqId: (req) => requestIdOf(req.headers['x-request-id']),
       // request.log binds the request id on its first enabled line, not per request (request-logger.ts).
       childLoggerFactory: (_parent, bindings) => new RequestLogger(options.logger, bindings),

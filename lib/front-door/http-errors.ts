@@ -2,9 +2,11 @@
  * The front door's HTTP error answers (issue 17, "one error handler"): every status, code and
  * body comes from HTTP_ERRORS (lib/http-forward/errors.ts), whichever layer refuses the request.
  *
- *   connection layer (listener.ts)  an oversized HTTP/2 header list: headersTooLargeAnswers
- *   Node's HTTP/1.1 parser          a head it gave up on: createClientErrorHandler (Fastify's
- *                                   clientErrorHandler option; Node closes the socket after it)
+ *   connection layer (listener.ts)  an oversized HTTP/2 header list: headersTooLargeAnswers;
+ *                                   an HTTP/1.0 request with Transfer-Encoding: refuseUnframedRequest
+ *   Node's HTTP/1.1 parser          bytes it gave up on: createClientErrorHandler (Fastify's
+ *                                   clientErrorHandler option), unless a request of that
+ *                                   connection is in flight (the listener decides then)
  *   Fastify's request lifecycle     an error thrown or sent on the way to the forwarder:
  *                                   createErrorHandler (Fastify's setErrorHandler)
  *   the forwarder                   its own refusals and upstream failures (forwarder.ts)
@@ -14,10 +16,12 @@
  * decides; no body is parsed, so no content type is refused.
  */
 import { STATUS_CODES } from 'node:http'
+import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { HTTP_ERRORS, errorBody, type StaticHttpErrorCode } from '../http-forward/errors.ts'
 import { writeErrorResponse } from '../http-forward/forwarder.ts'
+import { requestIdOf } from '../http-forward/headers.ts'
 import { grpcError, type GrpcError } from '../control-plane/errors.ts'
 import { fillMessage } from '../error-catalogue.ts'
 import type { Logger } from '../log.ts'
@@ -36,18 +40,32 @@ export function headersTooLargeAnswers (maxHeaderListSize: number): HeadersTooLa
 }
 
 /**
- * Fastify's clientErrorHandler: the answer to a request head Node's HTTP/1.1 parser gave up on
+ * Fastify's clientErrorHandler: the answer to bytes Node's HTTP/1.1 parser gave up on
  * (HPE_HEADER_OVERFLOW: 431 naming the limit; anything else: 400). Both are complete responses
- * with `connection: close`, written straight to the socket (there is no request object).
+ * with `connection: close`, written straight to the socket (there is no request object). When
+ * `listenerOwns` says a request of that connection is in flight, nothing is written here: the
+ * client must not be told 400 about a connection whose request may already be at a pod.
  */
-export function createClientErrorHandler (maxHeaderListSize: number, logger: Logger): (err: NodeJS.ErrnoException, socket: Socket) => void {
+export function createClientErrorHandler (maxHeaderListSize: number, logger: Logger, listenerOwns: (socket: Socket) => boolean): (err: NodeJS.ErrnoException, socket: Socket) => void {
   const tooLarge = headersTooLargeAnswers(maxHeaderListSize).h1
   const badRequest = h1ErrorResponse('bad_request', errorBody('bad_request', HTTP_ERRORS.bad_request.message))
   return function onClientError (err, socket) {
-    if (socket.writable && !socket.destroyed) socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? tooLarge : badRequest)
-    else socket.destroy()
-    logger.debug({ err: err.code ?? err.message }, 'front door http/1.1 client error')
+    const owned = listenerOwns(socket)
+    if (!owned) {
+      if (socket.writable && !socket.destroyed) socket.end(err.code === 'HPE_HEADER_OVERFLOW' ? tooLarge : badRequest)
+      else socket.destroy()
+    }
+    logger.debug({ err: err.code ?? err.message, inFlight: owned }, 'front door http/1.1 client error')
   }
+}
+
+/**
+ * The 400 bad_request for an HTTP/1.0 request with Transfer-Encoding (RFC 9112 §6.1), before it
+ * is routed; the connection closes after it.
+ */
+export function refuseUnframedRequest (req: IncomingMessage, res: ServerResponse): void {
+  res.shouldKeepAlive = false
+  writeErrorResponse(req, res, 'bad_request', requestIdOf(req.headers['x-request-id']))
 }
 
 /** Hands a request to the HTTP forwarder (front-door.ts). */

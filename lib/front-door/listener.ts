@@ -20,6 +20,15 @@
  * (EMFILE) is logged and counted; the listener keeps serving. close() ends within its deadline
  * plus STATUS_FLUSH_MS whatever is open: it tracks every accepted socket itself, because the
  * inner servers' closeAllConnections() knows none of them (they never listened).
+ *
+ * HTTP/1.1 framing (RFC 9112): a request the client is told was refused never reaches a pod.
+ * An HTTP/1.0 request with Transfer-Encoding is refused with 400 before it is routed (§6.1: its
+ * framing is faulty), and whatever is pipelined behind it is dropped with the connection. When
+ * Node's parser gives up on bytes while a request of the connection is in flight (h1ClientError),
+ * that request's own answer, or a cut, is what the client gets, never a 400 for a request that
+ * may already be upstream: bytes after a complete request are ignored and the connection closes
+ * once its responses are out (§9.6); a body that breaks off mid-request cuts the connection,
+ * which aborts the upstream request.
  */
 import net, { type AddressInfo, type Socket } from 'node:net'
 import tls, { type TLSSocket } from 'node:tls'
@@ -30,7 +39,7 @@ import http2, {
 } from 'node:http2'
 import { isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
 import { HTTP_ERRORS } from '../http-forward/errors.ts'
-import { headersTooLargeAnswers, type HeadersTooLarge } from './http-errors.ts'
+import { headersTooLargeAnswers, refuseUnframedRequest, type HeadersTooLarge } from './http-errors.ts'
 import type { RapidResetGuardOptions } from './http2-guard.ts'
 import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits } from '../http2-server.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
@@ -102,7 +111,7 @@ type Tagged<T> = T & { [kTracked]?: { door: FrontDoorListener, connection: Track
 /** HTTP/1.1 response done (finished or aborted): the connection may go idle. */
 function onH1ResponseClose (this: Tagged<ServerResponse>): void {
   const tag = this[kTracked]
-  if (tag !== undefined) tag.door.h1RequestFinished(tag.connection)
+  if (tag !== undefined) tag.door.h1RequestFinished(tag.connection, this)
 }
 
 function onH2StreamClose (this: Tagged<ServerHttp2Stream>): void {
@@ -130,6 +139,10 @@ export class FrontDoorListener {
   readonly #tracked = new WeakMap<Socket, TrackedConnection>()
   readonly #tags = new WeakMap<TrackedConnection, { door: FrontDoorListener, connection: TrackedConnection }>()
   #draining = false
+  /** HTTP/1.1 connections that take no further request: they close once their responses are out. */
+  readonly #h1Closing = new WeakSet<Socket>()
+  /** The response to the request Node's parser read last on each HTTP/1.1 connection, while in flight. */
+  readonly #h1Latest = new WeakMap<Socket, ServerResponse>()
   /** While closing: called as sockets close, to resolve once none is left. */
   #onRawClosed: (() => void) | null = null
 
@@ -233,10 +246,39 @@ export class FrontDoorListener {
   }
 
   /** @internal an HTTP/1.1 response of this connection is done. */
-  h1RequestFinished (connection: TrackedConnection): void {
+  h1RequestFinished (connection: TrackedConnection, res: ServerResponse): void {
     this.#deadlines.requestFinished(connection)
-    // Draining: a connection goes once its last response is out (end: the response flushes).
-    if (this.#draining && connection.requests === 0 && !connection.socket.destroyed) connection.socket.end()
+    const socket = connection.socket
+    if (this.#h1Latest.get(socket) === res) this.#h1Latest.delete(socket)
+    // Draining, or no further request is taken: a connection goes once its last response is
+    // out (end: the response flushes).
+    if ((this.#draining || this.#h1Closing.has(socket)) && connection.requests === 0 && !socket.destroyed) socket.end()
+  }
+
+  /**
+   * Node's HTTP/1.1 parser gave up on this connection's bytes, or the socket failed (the
+   * 'clientError' event). True when the listener owns the answer: a request of the connection
+   * is in flight (it may be upstream already, so the client must not be told 400), or the
+   * connection was already refused. False: nothing of this connection is in flight and the
+   * caller answers the bytes with its 400 or 431. No further request is taken either way.
+   */
+  h1ClientError (socket: Socket): boolean {
+    const refused = this.#h1Closing.has(socket)
+    this.#h1Closing.add(socket)
+    if (refused) return true
+    const connection = this.#tracked.get(socket)
+    if (connection === undefined || connection.requests === 0) return false
+    // The bytes broke off inside the body of the request being forwarded: cut the connection,
+    // which aborts the upstream request (the pod never gets a complete one). Otherwise they came
+    // after complete requests: those are answered, then the connection closes (h1RequestFinished).
+    const latest = this.#h1Latest.get(socket)
+    if (latest === undefined) return true
+    if (!latest.req.complete) {
+      // Unless that request was already answered (refused with `connection: close`): let it out.
+      if (latest.writableEnded) socket.destroySoon()
+      else socket.destroy()
+    } else if (!latest.headersSent) latest.shouldKeepAlive = false // its response says the connection closes
+    return true
   }
 
   /** @internal an HTTP/2 stream of this connection closed. */
@@ -373,13 +415,27 @@ export class FrontDoorListener {
   }
 
   #onH1Request (req: IncomingMessage, res: ServerResponse): void {
-    const connection = this.#tracked.get(req.socket)
+    const socket = req.socket
+    // Pipelined behind a request refused for its framing: the connection closes after the
+    // answers before it, so this one is neither forwarded nor counted.
+    if (this.#h1Closing.has(socket)) return
+    const connection = this.#tracked.get(socket)
     if (connection !== undefined) {
       this.#deadlines.requestStarted(connection)
       ;(res as Tagged<ServerResponse>)[kTracked] = this.#tagOf(connection)
       res.once('close', onH1ResponseClose)
     }
+    this.#h1Latest.set(socket, res)
     if (this.#draining) res.shouldKeepAlive = false
+    // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing (an HTTP/1.0
+    // hop before us may have read its body differently: request smuggling). nginx refuses it
+    // with 400 as well.
+    if (req.httpVersionMinor === 0 && req.headers['transfer-encoding'] !== undefined) {
+      this.#h1Closing.add(socket)
+      refuseUnframedRequest(req, res)
+      this.#options.logger.debug({ remote: socket.remoteAddress }, 'front door refused an http/1.0 request with transfer-encoding')
+      return
+    }
     this.#options.onHttpRequest(req, res)
   }
 
@@ -446,7 +502,8 @@ export class FrontDoorListener {
       stream.once('close', onH2StreamClose)
     }
     const grpc = isGrpcContentType(headers['content-type'])
-    // Node advertises SETTINGS_MAX_HEADER_LIST_SIZE but does not enforce it (http2-server.ts).
+    // Node resets lists over the advertised size (twice the limit) itself; between the limit
+    // and that, this answer (http2-server.ts, advertisedHeaderListSize).
     if (admission === 'headers_too_large') {
       const answer = this.#headersTooLarge
       if (grpc) respondWithStatus(stream, answer.grpc.status, answer.grpc.message)

@@ -2,15 +2,18 @@
  * The health listener (SPEC §9): /livez, /readyz, /metrics, /debug/snapshot. Plain HTTP.
  *
  * Limits (SPEC §12, issue 14): it is scraped and probed by a few clients, so a slow or hostile
- * one gets short header, request and idle timeouts, and connections beyond a small cap are
- * dropped at accept; an accept error (EMFILE) is logged and counted, never thrown.
+ * one gets short header, request and idle timeouts, and its connections are capped; at the cap
+ * a new connection (a probe) is taken and the oldest idle one closed (connection-cap.ts). An
+ * accept error (EMFILE) is logged and counted, never thrown.
  */
 import Fastify, { type FastifyInstance } from 'fastify'
-import type { AddressInfo } from 'node:net'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { AddressInfo, Socket } from 'node:net'
 import type { Registry } from 'prom-client'
 import type { DiscoveryStatus, SnapshotReader } from '../discovery/types.ts'
 import type { Readiness } from './readiness.ts'
 import type { Logger } from '../log.ts'
+import { ConnectionCap, type EvictedState } from './connection-cap.ts'
 
 export interface HealthLimits {
   /** Time to receive a request head. */
@@ -34,9 +37,18 @@ export interface HealthServerOptions {
   /** Extra debug routes, e.g. /debug/peers, added by optional features. */
   readonly debugRoutes?: ReadonlyArray<{ path: string, handler: () => unknown }>
   readonly limits?: HealthLimits
-  /** A connection dropped at the cap, or an accept error (its code). */
-  readonly onRefused?: (reason: 'max_connections' | 'accept_error', code: string | null) => void
+  /** An accept error (its code): the listener keeps serving. */
+  readonly onRefused?: (reason: 'accept_error', code: string | null) => void
+  /** A connection closed at the cap to make room for a new one. */
+  readonly onEvicted?: (state: EvictedState) => void
   readonly logger?: Logger
+}
+
+const kCap = Symbol('health connection cap')
+type CappedResponse = ServerResponse & { [kCap]?: ConnectionCap<Socket> }
+
+function onResponseClose (this: CappedResponse): void {
+  this[kCap]?.requestFinished(this.req.socket)
 }
 
 export class HealthServer {
@@ -57,8 +69,20 @@ export class HealthServer {
       // Node checks header and request deadlines on this interval (30 s by default).
       http: { headersTimeout: limits.headersTimeoutMs, connectionsCheckingInterval: Math.max(50, Math.min(1000, Math.floor(limits.headersTimeoutMs / 2))) },
     })
-    app.server.maxConnections = limits.maxConnections
-    app.server.on('drop', () => { options.onRefused?.('max_connections', null) })
+    // Not server.maxConnections: Node closes the newest connection at accept, the probe.
+    const cap = new ConnectionCap<Socket>(limits.maxConnections)
+    app.server.prependListener('connection', (socket: Socket) => {
+      const eviction = cap.admit(socket)
+      socket.once('close', () => { cap.closed(socket) })
+      if (eviction === null) return
+      eviction.connection.destroy()
+      options.onEvicted?.(eviction.state)
+    })
+    app.server.prependListener('request', (_req: IncomingMessage, res: CappedResponse) => {
+      cap.requestStarted(res.req.socket)
+      res[kCap] = cap
+      res.once('close', onResponseClose)
+    })
     app.get('/livez', async (_req, reply) => reply.type('text/plain').send('ok\n'))
     app.get('/readyz', async (_req, reply) => {
       const reason = options.readiness.check()

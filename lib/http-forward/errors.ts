@@ -53,13 +53,13 @@ export const HTTP_ERRORS = {
   headers_too_large: {
     status: 431,
     message: 'request headers exceed {max_bytes} bytes',
-    meaning: 'the request\'s header list is larger than the router accepts (RFC 7541 §4.1 size over HTTP/2, raw bytes over HTTP/1.1)',
+    meaning: 'the request\'s header list is larger than --http2-max-header-list-bytes (RFC 7541 §4.1 size over HTTP/2, raw bytes over HTTP/1.1); over HTTP/2 up to twice that, the SETTINGS_MAX_HEADER_LIST_SIZE the router advertises (beyond it the stream is reset: see below)',
     action: 'send fewer or smaller headers, or raise --http2-max-header-list-bytes',
   },
   bad_request: {
     status: 400,
     message: 'malformed request: it cannot be parsed or forwarded as sent',
-    meaning: 'the HTTP/1.1 request could not be parsed, or its request target or a header cannot be sent upstream as given (e.g. `OPTIONS *`)',
+    meaning: 'the HTTP/1.1 request could not be parsed, an HTTP/1.0 request carries Transfer-Encoding (faulty framing, RFC 9112 §6.1; the connection closes and nothing sent after it is read), or its request target or a header cannot be sent upstream as given (e.g. `OPTIONS *`). Nothing refused is forwarded: bytes the parser refuses while a request of the connection is in flight get no 400; that request is answered and the connection closes (or it is cut, when they break into its body)',
     action: 'fix the client\'s request; the router forwards origin-form and absolute-form targets only',
   },
   // Limits and hostile peers (issue 14)
@@ -136,4 +136,13 @@ export const HTTP_ERROR_AREA: CatalogueArea = {
   table: 'HTTP_ERRORS',
   file: 'lib/http-forward/errors.ts',
   rows: catalogueRows(HTTP_ERRORS, (e) => `HTTP ${e.status} \`${e.message}\``),
+  notes: [
+    'Over HTTP/2 (the front door, gRPC included, and WebTransport over HTTP/2) a request that is too large for Node\'s HTTP/2 layer or breaks its own framing is answered with a frame, as Node sends it before any handler of the router runs (`test/faults/front-door-h2-answers.test.ts` pins each):',
+    [
+      '- a header list over twice --http2-max-header-list-bytes (the advertised SETTINGS_MAX_HEADER_LIST_SIZE), once the client has acknowledged the router\'s SETTINGS: `RST_STREAM ENHANCE_YOUR_CALM` on that stream; the connection goes on. Between the limit and twice it: `headers_too_large` above (gRPC: RESOURCE_EXHAUSTED). The number of fields is never the limit: as many as fit in the advertised size are read.',
+      '- one header field over 64 KiB (nghttp2\'s HPACK decoder): `GOAWAY COMPRESSION_ERROR`, the connection ends (a client still writing may see only the reset).',
+      '- a request body that ends (END_STREAM) short of its content-length, or none after a content-length above 0: `RST_STREAM PROTOCOL_ERROR` on that stream (RFC 9113 §8.1.1); the connection goes on.',
+      '- DATA beyond a request\'s content-length: `GOAWAY INTERNAL_ERROR` with that stream as the last one, and the connection ends with every stream on it. nghttp2 resets only the stream, but Node\'s binding ends the session on any frame nghttp2 reports as a protocol error (src/node_http2.cc, OnInvalidFrame, NGHTTP2_ERR_PROTO) before the router hears of it; RFC 9113 §5.4.1 allows treating a stream error as a connection error. Other clients\' streams are at stake only behind a Gateway that multiplexes several clients on one connection and forwards such a request without checking content-length itself.',
+    ].join('\n'),
+  ],
 }

@@ -1,12 +1,14 @@
 // Issue 8: the Helm chart deploy/helm/stargate-router renders, lints and validates, and holds the
 // facts an operator relies on: minimal namespaced RBAC (SPEC §3), TLS mounted as directories
-// (SPEC §8), probes on /livez and /readyz (SPEC §9), hardened containers, the ports of SPEC §2.
+// (SPEC §8), probes on /livez and /readyz (SPEC §9), hardened containers, the ports of SPEC §2,
+// and (issue 30) a NetworkPolicy that keeps the health port to the kubelet, the router's
+// replicas and Prometheus, with the other ports open to all.
 import t from 'tap'
 import { createRenderer, FULLNAME, NAMESPACE } from './render.ts'
 import { validateObject, type KubeObject } from './k8s-validate.ts'
 import {
-  assertDirectoryMounts, assertHardenedPod, assertMinimalRbac, assertProbes, argsOf, fieldRefOf,
-  ofKind, podSpecOf, servicePorts, theOne,
+  assertDirectoryMounts, assertHardenedPod, assertHealthPortPolicy, assertMinimalRbac, assertProbes, argsOf, fieldRefOf,
+  ingressAllowed, ofKind, podSpecOf, policySources, servicePorts, theOne,
 } from './manifest-facts.ts'
 
 const renderer = await createRenderer(t)
@@ -155,6 +157,34 @@ if (renderer !== null) {
     t.same(spec.endpoints.map((e) => [e.port, e.path]), [['health', '/metrics']])
     t.same(spec.selector, (theOne(render('everything on'), 'Deployment').spec as { selector: unknown }).selector, 'it selects the router Service by the router labels')
     t.equal(monitor.metadata.labels?.release, 'prometheus', 'serviceMonitor.labels reach the object')
+  })
+
+  t.test('the NetworkPolicy keeps the health port to the router replicas and Prometheus, and every other port open', async (t) => {
+    for (const set of VALUE_SETS) t.test(set.name, async (t) => { assertHealthPortPolicy(t, render(set.name), NAMESPACE) })
+    t.test('with the health port moved', async (t) => { assertHealthPortPolicy(t, await renderer.helmTemplate({ ports: { health: 9090 } }), NAMESPACE) })
+  })
+
+  t.test('the NetworkPolicy is opt-out, and its health sources are values', async (t) => {
+    t.same(ofKind(await renderer.helmTemplate({ networkPolicy: { enabled: false } }), 'NetworkPolicy'), [], 'networkPolicy.enabled false ships none')
+    const objects = await renderer.helmTemplate({
+      networkPolicy: {
+        health: {
+          scrapers: [{ namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': 'observability' } }, podSelector: { matchLabels: { 'app.kubernetes.io/name': 'prometheus' } } }],
+          extraFrom: [{ ipBlock: { cidr: '203.0.113.0/24' } }],
+        },
+      },
+    })
+    t.same((await Promise.all(objects.map(validateObject))).flat(), [], 'valid')
+    const labels = (theOne(objects, 'Deployment').spec as { template: { metadata: { labels: Record<string, string> } } }).template.metadata.labels
+    const sources = policySources(NAMESPACE, labels)
+    const health = (source: keyof typeof sources): boolean => ingressAllowed(objects, NAMESPACE, labels, sources[source], 8080, 'TCP')
+    t.notOk(health('prometheus'), 'scrapers narrowed to another namespace: Prometheus in monitoring is refused')
+    t.ok(ingressAllowed(objects, NAMESPACE, labels, { ...sources.prometheus, namespace: 'observability', namespaceLabels: { 'kubernetes.io/metadata.name': 'observability' } }, 8080, 'TCP'), 'and allowed from observability')
+    t.ok(health('outside'), 'an extraFrom ipBlock is allowed')
+    t.ok(health('peer'), 'the replicas always are')
+    t.notOk(health('neighbour'), 'others still are not')
+    t.match(await renderer.helmTemplateError({ networkPolicy: { health: { extraFrom: [{}] } } }), /extraFrom.0: Must have at least 1 properties/, 'an empty peer (which would match everything) is refused by the schema')
+    t.match(await renderer.helmTemplateError({ networkPolicy: { health: { scrapers: [{ podSelector: { app: 'x' } }] } } }), /additional property app/i, 'a selector without matchLabels is refused by the schema')
   })
 
   t.test('POD_NAMESPACE comes from the downward API', async (t) => {

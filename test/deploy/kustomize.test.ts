@@ -1,12 +1,13 @@
 // Issue 8, 9 and 13: the kustomize overlays (deployment, statefulset, peer-discovery,
 // front-door-tls) render with `kubectl kustomize`, validate, and hold the same facts as the Helm
-// chart; the overlay picks the Stargate workload kind, only peer-discovery adds the peer flags,
-// env and RBAC rule, and only front-door-tls makes the front door TLS.
+// chart (the NetworkPolicy of the health port too, issue 30); the overlay picks the Stargate
+// workload kind, only peer-discovery adds the peer flags, env and RBAC rule, and only
+// front-door-tls makes the front door TLS.
 import t from 'tap'
 import { createRenderer } from './render.ts'
 import { validateObject, type KubeObject } from './k8s-validate.ts'
 import {
-  argsOf, assertDirectoryMounts, assertHardenedPod, assertMinimalRbac, assertProbes,
+  argsOf, assertDirectoryMounts, assertHardenedPod, assertHealthPortPolicy, assertMinimalRbac, assertProbes,
   endpointSliceRulesIn, envNames, fieldRefOf, flagValue, ofKind, podSpecOf, routerConfigOf, routerContainer, servicePorts, theOne,
 } from './manifest-facts.ts'
 
@@ -24,7 +25,7 @@ if (renderer !== null) {
   t.test('every overlay renders with kubectl kustomize and every object validates, with no unknown fields', async (t) => {
     for (const overlay of OVERLAYS) {
       const objects = render(overlay)
-      t.same(objects.map((o) => o.kind).sort(), ['Deployment', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Service', 'ServiceAccount'], `${overlay}: the router's objects`)
+      t.same(objects.map((o) => o.kind).sort(), ['Deployment', 'NetworkPolicy', 'PodDisruptionBudget', 'Role', 'RoleBinding', 'Service', 'ServiceAccount'], `${overlay}: the router's objects`)
       t.ok(objects.every((o) => o.metadata.namespace === NAMESPACE), `${overlay}: all in namespace ${NAMESPACE}`)
       t.same((await Promise.all(objects.map(validateObject))).flat(), [], `${overlay}: valid`)
     }
@@ -44,6 +45,10 @@ if (renderer !== null) {
 
   t.test('every container runs as non-root with a read-only root filesystem, no privilege escalation and no capabilities', async (t) => {
     for (const overlay of OVERLAYS) t.test(overlay, async (t) => { assertHardenedPod(t, render(overlay)) })
+  })
+
+  t.test('the NetworkPolicy keeps the health port to the router replicas and Prometheus, and every other port open', async (t) => {
+    for (const overlay of OVERLAYS) t.test(overlay, async (t) => { assertHealthPortPolicy(t, render(overlay), NAMESPACE) })
   })
 
   t.test('the Service exposes the front door, both tunnel transports and health', async (t) => {

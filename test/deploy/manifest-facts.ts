@@ -208,3 +208,112 @@ export function servicePorts (service: KubeObject): string[] {
   const ports = (service.spec as { ports: Array<{ name: string, protocol?: string, port: number, targetPort?: unknown }> }).ports
   return ports.map((p) => `${p.name} ${p.protocol ?? 'TCP'} ${p.port}->${String(p.targetPort ?? p.port)}`).sort()
 }
+
+// --- NetworkPolicy (issue 30): who reaches which port of the router pods ---
+
+interface LabelSelector {
+  readonly matchLabels?: Record<string, string>
+  readonly matchExpressions?: ReadonlyArray<{ key: string, operator: 'In' | 'NotIn' | 'Exists' | 'DoesNotExist', values?: readonly string[] }>
+}
+
+interface PolicyPeer {
+  readonly podSelector?: LabelSelector
+  readonly namespaceSelector?: LabelSelector
+  readonly ipBlock?: { cidr: string, except?: readonly string[] }
+}
+
+interface PolicySpec {
+  readonly podSelector: LabelSelector
+  readonly policyTypes?: readonly string[]
+  readonly ingress?: ReadonlyArray<{ ports?: ReadonlyArray<{ port?: number | string, protocol?: string }>, from?: readonly PolicyPeer[] }>
+}
+
+/** A client of the router pods: a pod (labels in a namespace) or an address outside the cluster. */
+export interface PolicySource {
+  readonly name: string
+  readonly namespace: string | null
+  readonly namespaceLabels: Record<string, string>
+  readonly labels: Record<string, string>
+  readonly ip: string
+}
+
+function selects (selector: LabelSelector, labels: Record<string, string>): boolean {
+  for (const [key, value] of Object.entries(selector.matchLabels ?? {})) if (labels[key] !== value) return false
+  for (const { key, operator, values = [] } of selector.matchExpressions ?? []) {
+    const has = key in labels
+    const ok = operator === 'Exists' ? has : operator === 'DoesNotExist' ? !has : operator === 'In' ? has && values.includes(labels[key] as string) : !has || !values.includes(labels[key] as string)
+    if (!ok) return false
+  }
+  return true
+}
+
+function ipv4 (address: string): number {
+  return address.split('.').reduce((n, octet) => n * 256 + Number(octet), 0)
+}
+
+function inCidr (ip: string, cidr: string): boolean {
+  const [base, bits] = cidr.split('/') as [string, string]
+  const size = 2 ** (32 - Number(bits))
+  return Math.floor(ipv4(ip) / size) === Math.floor(ipv4(base) / size)
+}
+
+function peerMatches (peer: PolicyPeer, policyNamespace: string, source: PolicySource): boolean {
+  if (peer.ipBlock !== undefined) return inCidr(source.ip, peer.ipBlock.cidr) && !(peer.ipBlock.except ?? []).some((c) => inCidr(source.ip, c))
+  if (source.namespace === null) return false // outside the cluster: only ipBlocks name it
+  const namespaceOk = peer.namespaceSelector === undefined ? source.namespace === policyNamespace : selects(peer.namespaceSelector, source.namespaceLabels)
+  return namespaceOk && (peer.podSelector === undefined || selects(peer.podSelector, source.labels))
+}
+
+/**
+ * Whether `source` may open a connection to `port`/`protocol` of a pod with `podLabels` in
+ * `namespace`, under the NetworkPolicies rendered (networking.k8s.io/v1 semantics: a pod no
+ * policy selects for Ingress takes everything; otherwise the union of the rules; a rule without
+ * ports covers every port, one without from every source). Traffic from the pod's own node,
+ * always allowed, is not modelled.
+ */
+export function ingressAllowed (objects: readonly KubeObject[], namespace: string, podLabels: Record<string, string>, source: PolicySource, port: number, protocol: string): boolean {
+  const policies = ofKind(objects, 'NetworkPolicy')
+    .filter((p) => (p.metadata.namespace ?? namespace) === namespace)
+    .map((p) => p.spec as PolicySpec)
+    .filter((spec) => selects(spec.podSelector, podLabels) && (spec.policyTypes ?? ['Ingress']).includes('Ingress'))
+  if (policies.length === 0) return true
+  return policies.some((spec) => (spec.ingress ?? []).some((rule) => {
+    const portOk = rule.ports === undefined || rule.ports.length === 0 || rule.ports.some((p) => (p.port === undefined || p.port === port) && (p.protocol ?? 'TCP') === protocol)
+    const fromOk = rule.from === undefined || rule.from.length === 0 || rule.from.some((peer) => peerMatches(peer, namespace, source))
+    return portOk && fromOk
+  }))
+}
+
+/** Sources the health-port policy is judged against; `namespace` is the router's. */
+export function policySources (namespace: string, routerLabels: Record<string, string>): Record<'peer' | 'prometheus' | 'neighbour' | 'otherNamespace' | 'outside', PolicySource> {
+  const ns = (name: string): Record<string, string> => ({ 'kubernetes.io/metadata.name': name })
+  return {
+    peer: { name: 'another router replica', namespace, namespaceLabels: ns(namespace), labels: { ...routerLabels, 'pod-template-hash': '7d9f8b6c4' }, ip: '10.1.2.4' },
+    prometheus: { name: 'Prometheus (kube-prometheus-stack) in monitoring', namespace: 'monitoring', namespaceLabels: ns('monitoring'), labels: { 'app.kubernetes.io/name': 'prometheus', 'app.kubernetes.io/instance': 'kube-prometheus' }, ip: '10.1.9.9' },
+    neighbour: { name: 'another pod of the router\'s namespace', namespace, namespaceLabels: ns(namespace), labels: { 'app.kubernetes.io/name': 'pylon' }, ip: '10.1.3.3' },
+    otherNamespace: { name: 'a pod of another namespace', namespace: 'llm', namespaceLabels: ns('llm'), labels: { 'app.kubernetes.io/name': 'client' }, ip: '10.1.4.4' },
+    outside: { name: 'an address outside the cluster', namespace: null, namespaceLabels: {}, labels: {}, ip: '203.0.113.7' },
+  }
+}
+
+/**
+ * The NetworkPolicy keeps the health port to the router's replicas and Prometheus (the kubelet,
+ * on the pod's node, needs no rule) and leaves every other container port open to everyone.
+ */
+export function assertHealthPortPolicy (t: Test, objects: readonly KubeObject[], namespace: string): void {
+  const deployment = theOne(objects, 'Deployment')
+  const podLabels = (deployment.spec as { template: { metadata: { labels: Record<string, string> } } }).template.metadata.labels
+  const policy = theOne(objects, 'NetworkPolicy')
+  const spec = policy.spec as PolicySpec
+  t.same(spec.podSelector, (deployment.spec as { selector: unknown }).selector, 'the policy selects the router pods, as the Deployment does')
+  t.same(spec.policyTypes, ['Ingress'], 'ingress only: the router\'s own connections are not restricted')
+  const sources = policySources(namespace, podLabels)
+  const healthPort = (routerContainer(objects).ports ?? []).find((p) => p.name === 'health')?.containerPort
+  for (const port of routerContainer(objects).ports ?? []) {
+    const protocol = port.protocol ?? 'TCP'
+    for (const [key, source] of Object.entries(sources)) {
+      const expected = port.containerPort !== healthPort || key === 'peer' || key === 'prometheus'
+      t.equal(ingressAllowed(objects, namespace, podLabels, source, port.containerPort, protocol), expected, `${port.name} ${protocol} ${port.containerPort} from ${source.name}: ${expected ? 'allowed' : 'refused'}`)
+    }
+  }
+}

@@ -1,6 +1,7 @@
 // Issue 14, SPEC §12: the health listener has header, request and idle timeouts and a
 // connection cap, like every listener. A client that never finishes its request head is cut
-// off; connections over the cap are closed at accept and counted; probes keep working.
+// off; at the cap a new connection is served and the oldest idle one closed and counted
+// (issue 30: closing the new one at accept refused the kubelet's probes).
 import t, { type Test } from 'tap'
 import net from 'node:net'
 import { Registry } from 'prom-client'
@@ -9,8 +10,8 @@ import { Readiness } from '../../lib/health/readiness.ts'
 import { SnapshotStore } from '../../lib/discovery/snapshot-store.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
-async function startHealth (t: Test, limits: HealthLimits): Promise<{ port: number, refused: string[], health: HealthServer }> {
-  const refused: string[] = []
+async function startHealth (t: Test, limits: HealthLimits): Promise<{ port: number, evicted: string[], health: HealthServer }> {
+  const evicted: string[] = []
   const health = new HealthServer({
     host: '127.0.0.1',
     port: 0,
@@ -19,11 +20,11 @@ async function startHealth (t: Test, limits: HealthLimits): Promise<{ port: numb
     snapshot: new SnapshotStore(),
     discovery: { stalenessMs: () => 0 },
     limits,
-    onRefused: (reason) => { refused.push(reason) },
+    onEvicted: (state) => { evicted.push(state) },
   })
   const address = await health.listen()
   t.teardown(() => health.close())
-  return { port: address.port, refused, health }
+  return { port: address.port, evicted, health }
 }
 
 /** Connects and writes bytes; resolves when the router closes the connection, with what it sent. */
@@ -56,14 +57,17 @@ t.test('an idle keep-alive connection is closed after the keep-alive timeout', a
   t.match(await idle.closed, /^HTTP\/1\.1 200 /, 'answered, then closed once idle')
 })
 
-t.test('connections over the cap are closed at accept and counted', async (t) => {
-  const { port, refused, health } = await startHealth(t, { ...LIMITS, headersTimeoutMs: 60_000, requestTimeoutMs: 60_000 })
-  const held = [0, 1, 2].map(() => openAndWrite(port, 'GET /livez HTTP/1.1\r\nHost: x\r\n'))
+t.test('at the cap a new connection is served and the oldest idle one is closed and counted', async (t) => {
+  const { port, evicted, health } = await startHealth(t, { ...LIMITS, headersTimeoutMs: 60_000, requestTimeoutMs: 60_000 })
+  const held: Array<{ socket: net.Socket, closed: Promise<string> }> = []
   t.teardown(() => { for (const h of held) h.socket.destroy() })
-  await waitFor(async () => await health.connectionCount() === 3, { message: 'three connections accepted' })
-  const extra = openAndWrite(port, 'GET /livez HTTP/1.1\r\nHost: x\r\n\r\n')
-  t.equal(await extra.closed, '', 'the fourth connection is closed without an answer')
-  t.same(refused, ['max_connections'])
-  for (const h of held) h.socket.destroy()
-  await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/livez`)).status === 200, { message: 'probes work again once under the cap' })
+  for (let i = 0; i < 3; i++) {
+    held.push(openAndWrite(port, 'GET /livez HTTP/1.1\r\nHost: x\r\n'))
+    await waitFor(async () => await health.connectionCount() === i + 1, { message: `connection ${i + 1} accepted` })
+  }
+  const probe = openAndWrite(port, 'GET /livez HTTP/1.1\r\nHost: x\r\nconnection: close\r\n\r\n')
+  t.match(await probe.closed, /^HTTP\/1\.1 200 /, 'the fourth connection is answered')
+  t.equal(await held[0]?.closed, '', 'the oldest idle connection was closed to make room')
+  t.same(evicted, ['idle'])
+  t.equal(await health.connectionCount(), 2, 'the two newer ones are kept')
 })
