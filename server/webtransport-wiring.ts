@@ -69,6 +69,8 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     logger,
     onTlsError: () => { context.metrics.tlsHandshakeFailures.labels('webtransport').inc() },
     onRapidReset: () => { context.metrics.http2RapidResetCloses.inc() },
+    connections: context.connections,
+    drainMetrics: context.metrics.drain,
   })
   tls.addConsumer(secureContextConsumer({
     name: 'webtransport',
