@@ -98,8 +98,8 @@ export type QuicCloseCode = keyof typeof QUIC_CLOSE_REASONS
 export const STREAM_REFUSALS = {
   draining: {
     code: 0x44524e,
-    meaning: 'the tunnel is draining (the router is shutting down): it takes no new stream from either side; streams opened before run to completion and the tunnel then closes with `router shutdown`. The stream reached nobody',
-    action: 'open it again on another tunnel: the Pylon re-registers through another replica and opens a new tunnel there; retrying is safe, nothing of the stream was delivered',
+    meaning: 'the tunnel is draining (the router is shutting down): it takes no new bidirectional stream from either side; streams opened before run to completion and the tunnel then closes with `router shutdown`. The stream was not relayed (over WebTransport over HTTP/2 its first bytes reached the other end, which was told the stream was reset with this code)',
+    action: 'open it again on another tunnel: the Pylon re-registers through another replica and opens a new tunnel there; retrying is safe, no application saw the stream complete',
   },
 } as const satisfies Record<string, ErrorDoc & { readonly code: number }>
 
@@ -113,7 +113,7 @@ export const QUIC_CLOSE_AREA: CatalogueArea = {
 
 export const STREAM_REFUSAL_AREA: CatalogueArea = {
   title: 'Streams refused by a draining tunnel (tunnel port)',
-  where: 'The error code of a stream the Pylon or the stargate opens on a tunnel the router drains: raw QUIC STOP_SENDING and RESET_STREAM, WebTransport stream errors (over HTTP/3 mapped into the WebTransport range, over HTTP/2 in WT_STOP_SENDING and WT_RESET_STREAM capsules).',
+  where: 'The error code of a bidirectional stream the Pylon or the stargate opens on a tunnel the router drains: raw QUIC STOP_SENDING and RESET_STREAM, WebTransport stream errors (over HTTP/3 mapped into the WebTransport range, over HTTP/2 in WT_STOP_SENDING and WT_RESET_STREAM capsules).',
   table: 'STREAM_REFUSALS',
   file: 'lib/tunnel/errors.ts',
   rows: catalogueRows(STREAM_REFUSALS, (e) => `stream error code \`0x${e.code.toString(16)}\` (${e.code})`),
