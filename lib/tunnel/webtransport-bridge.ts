@@ -204,10 +204,23 @@ export interface BridgeOptions {
   readonly onEnd: (bridge: WebTransportBridge, end: BridgeEnd) => void
   /** A draining session refused a stream the Pylon or the pod opened. */
   readonly onRefused?: (side: Side) => void
+  /** Streams a draining session refuses before it is closed at once (default MAX_REFUSALS). */
+  readonly maxRefusals?: number
 }
+
+/**
+ * Streams a draining session refuses at most: each refusal is two small capsules, waiting for a
+ * capsule boundary of each direction, so a peer opening streams without end must not grow them
+ * without bound; beyond this the session is closed at once.
+ */
+const MAX_REFUSALS = 1024
 
 function onSettleTick (bridge: WebTransportBridge): void {
   bridge.settleDrain()
+}
+
+function onCloseNowTick (bridge: WebTransportBridge): void {
+  bridge.closeDrainingNow()
 }
 
 export class WebTransportBridge {
@@ -238,6 +251,8 @@ export class WebTransportBridge {
   /** Set by drain(): the close reason once the last stream ended. */
   #drainReason: string | null = null
   #settleQueued = false
+  #refusals = 0
+  readonly #maxRefusals: number
 
   constructor (options: BridgeOptions) {
     this.downstream = options.downstream as Leg
@@ -254,6 +269,7 @@ export class WebTransportBridge {
     this.#metrics = options.metrics
     this.#onEnd = options.onEnd
     this.#onRefused = options.onRefused
+    this.#maxRefusals = options.maxRefusals ?? MAX_REFUSALS
     // One pair of callbacks per session, made once, reused by every PING.
     this.#onDownstreamPing = options.keepAlive ? (err) => { if (err === null) this.lastFromDownstream = this.clock.now } : null
     this.#onUpstreamPing = options.keepAlive ? (err) => { if (err === null) this.lastFromUpstream = this.clock.now } : null
@@ -308,6 +324,12 @@ export class WebTransportBridge {
     this.settleDrain()
   }
 
+  /** @internal A draining session whose peer opens streams without end is closed at once. */
+  closeDrainingNow (): void {
+    this.#settleQueued = false
+    if (this.#drainReason !== null && !this.#finished) this.close(0, this.#drainReason, 'completed')
+  }
+
   /** @internal Closes a draining session once none of its streams is open. */
   settleDrain (): void {
     this.#settleQueued = false
@@ -317,6 +339,15 @@ export class WebTransportBridge {
 
   #onStreamCapsule (from: Side, kind: WtStreamCapsuleKind, id: number): void {
     if (this.ledger.onCapsule(from, kind, id) === 'refuse') {
+      if (++this.#refusals > this.#maxRefusals) {
+        this.#onRefused?.(from)
+        // Closed from the next turn, not from inside the pump's advance (a close touches both pumps).
+        if (!this.#settleQueued) {
+          this.#settleQueued = true
+          setImmediate(onCloseNowTick, this)
+        }
+        return
+      }
       const refusal = encodeStreamRefusal(id, STREAM_REFUSALS.draining.code)
       this.#toDownstream.inject(refusal)
       this.#toUpstream.inject(refusal)
