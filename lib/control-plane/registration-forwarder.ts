@@ -351,13 +351,6 @@ export class RegistrationForwarder {
     return true
   }
 
-  /** Ends every open registration stream with UNAVAILABLE and message. */
-  endAll (message: string): void {
-    for (const set of this.#byIdentity.values()) {
-      for (const splice of [...set]) this.fail(splice, { status: GRPC_ERRORS.shutting_down.status, message }, GRPC_ERRORS.shutting_down.outcome)
-    }
-  }
-
   /** Stops draining watches; open streams are left to the front door's shutdown. */
   close (): void {
     if (this.#closed) return

@@ -18,7 +18,7 @@
  * handshake timeout, and the header, keep-alive and HTTP/2 idle timeouts of
  * connection-deadlines.ts, which the inner servers cannot arm themselves. An accept error
  * (EMFILE) is logged and counted; the listener keeps serving. close() ends within its deadline
- * plus STATUS_FLUSH_MS whatever is open: it tracks every accepted socket itself, because the
+ * plus CUT_WAIT_MS whatever is open: it tracks every accepted socket itself, because the
  * inner servers' closeAllConnections() knows none of them (they never listened).
  */
 import net, { type AddressInfo, type Socket } from 'node:net'
