@@ -69,6 +69,8 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     logger,
     onTlsError: () => { context.metrics.tlsHandshakeFailures.labels('webtransport').inc() },
     onRapidReset: () => { context.metrics.http2RapidResetCloses.inc() },
+    connections: context.connections,
+    drainMetrics: context.metrics.drain,
   })
   tls.addConsumer(secureContextConsumer({
     name: 'webtransport',
@@ -128,6 +130,8 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     metrics,
     handshakeFailures: context.metrics.quic.quicHandshakeFailures,
     logger,
+    connections: context.connections,
+    drainMetrics: context.metrics.drain,
   })
   tls.onChange((changed, _previous, next) => {
     if (changed !== 'client_trust' || next.clientTrust === null) return

@@ -121,7 +121,7 @@ export const FLAGS: readonly FlagSpec[] = [
   int('http-request-timeout-ms', 0, 'total time a forwarded request may take; 0 means no limit (LLM streams are long)'),
   int('http2-max-concurrent-streams', 1000, 'HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS advertised to clients of the front door'),
   int('http2-max-header-list-bytes', 16384, 'largest request header list on the front door (RFC 7541 size over HTTP/2, bytes over HTTP/1.1): 431 above it; HTTP/2 advertises twice it as SETTINGS_MAX_HEADER_LIST_SIZE, beyond which streams are reset'),
-  int('shutdown-drain-timeout-ms', 30000, 'on SIGTERM, how long in-flight streams and requests may finish (> 0)'),
+  int('shutdown-drain-timeout-ms', 30000, 'on SIGTERM, the longest open streams and requests may take to finish; the router exits as soon as none is left (> 0)'),
 
   // TLS
   str('tls-cert-path', undefined, 'server certificate chain (PEM) of the reverse tunnels (QUIC, WebTransport) and, with --front-door-tls, of the front door; without it the tunnels use a generated self-signed identity'),

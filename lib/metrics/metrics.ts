@@ -12,6 +12,7 @@ import { createPeerMetrics, type PeerMetrics } from '../discovery/peer-metrics.t
 import { createWebTransportMetrics, type WebTransportMetrics } from '../tunnel/webtransport-metrics.ts'
 import { createRawQuicMetrics, type RawQuicMetrics } from '../tunnel/raw-quic-metrics.ts'
 import { createLimitMetrics, type LimitMetrics } from './limits-metrics.ts'
+import { createDrainMetrics, type DrainMetrics } from '../drain/drain-metrics.ts'
 import { CONTAINED_CODES } from '../uncaught-errors.ts'
 
 /** Refusals of one client's request by a per-client limit (the error codes sent). */
@@ -29,6 +30,8 @@ export interface RouterMetrics extends TlsMetrics, PeerMetrics {
   readonly quic: RawQuicMetrics
   /** Listener caps and timeouts (issue 14). */
   readonly limits: LimitMetrics
+  /** Connections drained, streams refused while draining, connections open by kind (SPEC §11). */
+  readonly drain: DrainMetrics
   readonly discoveryWatchRestarts: Counter
   readonly discoverySnapshotAge: Gauge
   readonly discoveryTargets: Gauge
@@ -75,6 +78,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     webtransport: createWebTransportMetrics(registry),
     quic: createRawQuicMetrics(registry),
     limits: createLimitMetrics(registry),
+    drain: createDrainMetrics(registry),
     discoveryWatchRestarts: define.counter('discovery_watch_restarts_total', 'EndpointSlice list/watch restarts after an error (the informer stops on any non-410 error)'),
     discoverySnapshotAge: define.gauge(
       'discovery_snapshot_age_seconds',

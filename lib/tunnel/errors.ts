@@ -55,8 +55,8 @@ export const QUIC_CLOSE_REASONS = {
   shutdown: {
     reason: 'router shutdown',
     initial: 'also',
-    meaning: 'the router is shutting down (SIGTERM); new tunnels are refused and open ones closed',
-    action: 'none: the Pylon reconnects to another replica',
+    meaning: 'the router is shutting down (SIGTERM): new tunnels are refused; an open tunnel takes no new stream and is closed with this reason once its last stream ended (at --shutdown-drain-timeout-ms at the latest)',
+    action: 'none: the Pylon re-registers and opens its tunnel through another replica',
   },
   trust_replaced: {
     reason: 'upstream trust changed',
@@ -117,6 +117,20 @@ function closeSeen (entry: QuicCloseDoc, code: string): string {
   }
 }
 
+/**
+ * The stream error code of a stream refused by a draining tunnel (SPEC §11): raw QUIC sends it
+ * as the application code of STOP_SENDING and RESET_STREAM, WebTransport as the stream's error
+ * code (over HTTP/3 mapped into the WebTransport range of HTTP/3 codes, so the application
+ * reads this number). 32 bits, as WebTransport codes are; "DRN" in ASCII.
+ */
+export const STREAM_REFUSALS = {
+  draining: {
+    code: 0x44524e,
+    meaning: 'the tunnel is draining (the router is shutting down): it takes no new bidirectional stream from either side; streams opened before run to completion and the tunnel then closes with `router shutdown`. The stream was not relayed (over WebTransport over HTTP/2 its first bytes reached the other end, which was told the stream was reset with this code)',
+    action: 'open it again on another tunnel: the Pylon re-registers through another replica and opens a new tunnel there; retrying is safe, no application saw the stream complete',
+  },
+} as const satisfies Record<string, ErrorDoc & { readonly code: number }>
+
 export const QUIC_CLOSE_AREA: CatalogueArea = {
   title: 'Tunnel closes (tunnel port: raw QUIC, WebTransport)',
   where: 'The reason (application error code 0) of the CONNECTION_CLOSE frame or WebTransport close the router sends a Pylon or a stargate; `leg_idle` and `leg_failed` are raw QUIC\'s. ' +
@@ -126,6 +140,14 @@ export const QUIC_CLOSE_AREA: CatalogueArea = {
   table: 'QUIC_CLOSE_REASONS',
   file: 'lib/tunnel/errors.ts',
   rows: catalogueRows<QuicCloseDoc>(QUIC_CLOSE_REASONS, closeSeen),
+}
+
+export const STREAM_REFUSAL_AREA: CatalogueArea = {
+  title: 'Streams refused by a draining tunnel (tunnel port)',
+  where: 'The error code of a bidirectional stream the Pylon or the stargate opens on a tunnel the router drains: raw QUIC STOP_SENDING and RESET_STREAM, WebTransport stream errors (over HTTP/3 mapped into the WebTransport range, over HTTP/2 in WT_STOP_SENDING and WT_RESET_STREAM capsules).',
+  table: 'STREAM_REFUSALS',
+  file: 'lib/tunnel/errors.ts',
+  rows: catalogueRows(STREAM_REFUSALS, (e) => `stream error code \`0x${e.code.toString(16)}\` (${e.code})`),
 }
 
 export const WEBTRANSPORT_CLOSE_AREA: CatalogueArea = {

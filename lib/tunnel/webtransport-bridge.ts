@@ -29,10 +29,11 @@
  * functions that find their pump through a symbol on the stream (no closure per chunk).
  */
 import { constants, type ClientHttp2Session, type ClientHttp2Stream, type Http2Stream, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
-import { CapsuleCursor, encodeCloseCapsule } from './webtransport-capsule.ts'
-import { WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
+import { CapsuleCursor, encodeCloseCapsule, encodeDrainCapsule, encodeStreamRefusal, type WtStreamCapsuleKind } from './webtransport-capsule.ts'
+import { STREAM_REFUSALS, WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
 import { pingIfOpen } from '../safe-io.ts'
 import type { BridgeDirection, WebTransportMetrics } from './webtransport-metrics.ts'
+import { WtStreamLedger, type Side } from './webtransport-h2-streams.ts'
 
 /** After a close began, how long the legs get to finish before they are reset. */
 export const CLOSE_GRACE_MS = 2000
@@ -49,7 +50,7 @@ class Pump {
   readonly src: Leg
   readonly dst: Leg
   readonly direction: BridgeDirection
-  readonly cursor = new CapsuleCursor()
+  readonly cursor: CapsuleCursor
   /** Bytes forwarded and not yet added to the metric. */
   unflushed = 0
   /** Source sent END_STREAM (all its bytes were read). */
@@ -58,11 +59,38 @@ class Pump {
   done = false
   /** A close the relay started: this capsule goes out at the next capsule boundary. */
   closing: Buffer | null = null
+  /** Capsules of the relay's own (a drain, stream refusals) waiting for the next capsule boundary. */
+  injects: Buffer[] | null = null
 
-  constructor (src: Leg, dst: Leg, direction: BridgeDirection) {
+  constructor (src: Leg, dst: Leg, direction: BridgeDirection, onStream: (kind: WtStreamCapsuleKind, streamId: number) => void) {
     this.src = src
     this.dst = dst
     this.direction = direction
+    this.cursor = new CapsuleCursor(onStream)
+  }
+
+  /** Writes a capsule of the relay's own between two of the source's: now when at a boundary. */
+  inject (capsule: Buffer): void {
+    if (this.done || this.closing !== null) return
+    if (this.cursor.atBoundary && this.injects === null) {
+      this.#write(capsule)
+      return
+    }
+    (this.injects ??= []).push(capsule)
+    if (this.src.isPaused()) this.src.resume()
+  }
+
+  /** At a capsule boundary: the capsules waiting for one go out. */
+  flushInjects (): void {
+    const injects = this.injects
+    if (injects === null || !this.cursor.atBoundary) return
+    this.injects = null
+    for (const capsule of injects) this.#write(capsule)
+  }
+
+  #write (capsule: Buffer): void {
+    if (this.dst.destroyed || this.dst.closed || this.dst.writableEnded) return
+    this.dst.write(capsule)
   }
 
   /** Ends dst after the bytes written so far, with a close capsule unless one went through. */
@@ -108,9 +136,27 @@ function onData (this: Leg, chunk: Buffer): void {
     if (pump.cursor.atBoundary) pump.finish(pump.closing)
     return
   }
+  if (pump.injects !== null) {
+    // The relay's own capsules go out at the first boundary of this chunk.
+    let at = 0
+    while (pump.injects !== null && at < chunk.length && !pump.cursor.atBoundary) {
+      const n = pump.cursor.advance(chunk, true, at)
+      pump.dst.write(chunk.subarray(at, at + n))
+      at += n
+    }
+    pump.flushInjects()
+    pump.unflushed += chunk.length
+    if (at === chunk.length) return
+    chunk = chunk.subarray(at)
+  } else {
+    pump.unflushed += chunk.length
+  }
   pump.cursor.advance(chunk)
-  pump.unflushed += chunk.length
-  if (!pump.dst.write(chunk)) this.pause()
+  const room = pump.dst.write(chunk)
+  // A stream capsule in the chunk may have asked for capsules of the relay's own: they follow
+  // it when the chunk ended at a boundary, else at the next one.
+  pump.flushInjects()
+  if (!room) this.pause()
 }
 
 function onDrain (this: Leg): void {
@@ -157,6 +203,25 @@ export interface BridgeOptions {
   readonly keepAlive: boolean
   readonly metrics: WebTransportMetrics
   readonly onEnd: (bridge: WebTransportBridge, end: BridgeEnd) => void
+  /** A draining session refused a stream the Pylon or the pod opened. */
+  readonly onRefused?: (side: Side) => void
+  /** Streams a draining session refuses before it is closed at once (default MAX_REFUSALS). */
+  readonly maxRefusals?: number
+}
+
+/**
+ * Streams a draining session refuses at most: each refusal is two small capsules, waiting for a
+ * capsule boundary of each direction, so a peer opening streams without end must not grow them
+ * without bound; beyond this the session is closed at once.
+ */
+const MAX_REFUSALS = 1024
+
+function onSettleTick (bridge: WebTransportBridge): void {
+  bridge.settleDrain()
+}
+
+function onCloseNowTick (bridge: WebTransportBridge): void {
+  bridge.closeDrainingNow()
 }
 
 export class WebTransportBridge {
@@ -179,8 +244,16 @@ export class WebTransportBridge {
   readonly #toDownstream: Pump
   readonly #metrics: WebTransportMetrics
   readonly #onEnd: BridgeOptions['onEnd']
+  readonly #onRefused: BridgeOptions['onRefused']
   #end: BridgeEnd | null = null
   #finished = false
+  /** The session's WebTransport streams, from the capsules both ways (webtransport-h2-streams.ts). */
+  readonly ledger = new WtStreamLedger()
+  /** Set by drain(): the close reason once the last stream ended. */
+  #drainReason: string | null = null
+  #settleQueued = false
+  #refusals = 0
+  readonly #maxRefusals: number
 
   constructor (options: BridgeOptions) {
     this.downstream = options.downstream as Leg
@@ -196,11 +269,13 @@ export class WebTransportBridge {
     this.lastPing = options.clock.now
     this.#metrics = options.metrics
     this.#onEnd = options.onEnd
+    this.#onRefused = options.onRefused
+    this.#maxRefusals = options.maxRefusals ?? MAX_REFUSALS
     // One pair of callbacks per session, made once, reused by every PING.
     this.#onDownstreamPing = options.keepAlive ? (err) => { if (err === null) this.lastFromDownstream = this.clock.now } : null
     this.#onUpstreamPing = options.keepAlive ? (err) => { if (err === null) this.lastFromUpstream = this.clock.now } : null
-    this.#toUpstream = new Pump(this.downstream, this.upstream, 'to_upstream')
-    this.#toDownstream = new Pump(this.upstream, this.downstream, 'to_downstream')
+    this.#toUpstream = new Pump(this.downstream, this.upstream, 'to_upstream', (kind, id) => { this.#onStreamCapsule('pylon', kind, id) })
+    this.#toDownstream = new Pump(this.upstream, this.downstream, 'to_downstream', (kind, id) => { this.#onStreamCapsule('stargate', kind, id) })
     for (const leg of [this.downstream, this.upstream]) {
       leg[kBridge] = this
       leg.on('error', ignoreError)
@@ -222,6 +297,68 @@ export class WebTransportBridge {
 
   get finished (): boolean {
     return this.#finished
+  }
+
+  get draining (): boolean {
+    return this.#drainReason !== null
+  }
+
+  /**
+   * Stops new work (SPEC §11): with a stream open, both ends get DRAIN_WEBTRANSPORT_SESSION, a bidirectional stream
+   * either opens from now on is refused at both ends (WT_RESET_STREAM and WT_STOP_SENDING with
+   * STREAM_REFUSALS.draining: its first capsule has passed already, the capsules are relayed
+   * untouched), and the session is closed with closeReason once its last stream ended. The
+   * relay sends the Pylon's connection GOAWAY itself.
+   */
+  drain (closeReason: string): void {
+    if (this.#finished || this.#drainReason !== null) return
+    this.#drainReason = closeReason
+    this.ledger.beginDrain()
+    // Nothing open: closed in the same breath, so no drain signal first.
+    if (this.ledger.open === 0) {
+      this.settleDrain()
+      return
+    }
+    const capsule = encodeDrainCapsule()
+    this.#toDownstream.inject(capsule)
+    this.#toUpstream.inject(capsule)
+    this.settleDrain()
+  }
+
+  /** @internal A draining session whose peer opens streams without end is closed at once. */
+  closeDrainingNow (): void {
+    this.#settleQueued = false
+    if (this.#drainReason !== null && !this.#finished) this.close(0, this.#drainReason, 'completed')
+  }
+
+  /** @internal Closes a draining session once none of its streams is open. */
+  settleDrain (): void {
+    this.#settleQueued = false
+    if (this.#drainReason === null || this.#finished || this.ledger.open > 0) return
+    this.close(0, this.#drainReason, 'completed')
+  }
+
+  #onStreamCapsule (from: Side, kind: WtStreamCapsuleKind, id: number): void {
+    if (this.ledger.onCapsule(from, kind, id) === 'refuse') {
+      if (++this.#refusals > this.#maxRefusals) {
+        this.#onRefused?.(from)
+        // Closed from the next turn, not from inside the pump's advance (a close touches both pumps).
+        if (!this.#settleQueued) {
+          this.#settleQueued = true
+          setImmediate(onCloseNowTick, this)
+        }
+        return
+      }
+      const refusal = encodeStreamRefusal(id, STREAM_REFUSALS.draining.code)
+      this.#toDownstream.inject(refusal)
+      this.#toUpstream.inject(refusal)
+      this.#onRefused?.(from)
+    }
+    // Not from inside the pump's advance: a close touches both pumps.
+    if (this.#drainReason !== null && this.ledger.open === 0 && !this.#settleQueued) {
+      this.#settleQueued = true
+      setImmediate(onSettleTick, this)
+    }
   }
 
   /** Closes the session on both legs with a close capsule (code, reason); `end` is the outcome counted. */

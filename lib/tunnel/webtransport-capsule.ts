@@ -100,6 +100,33 @@ export function decodeCloseValue (value: Uint8Array): { readonly code: number, r
 const MAX_HEADER = 16
 
 /**
+ * The capsules of one WebTransport stream over HTTP/2 (draft-ietf-webtrans-http2 §6), each
+ * value starting with the stream id: what CapsuleCursor reports to a stream ledger.
+ */
+export const WT_STREAM_CAPSULES = {
+  0x190b4d39: 'reset',
+  0x190b4d3a: 'stop',
+  0x190b4d3b: 'stream',
+  0x190b4d3c: 'stream_fin',
+} as const
+export type WtStreamCapsuleKind = typeof WT_STREAM_CAPSULES[keyof typeof WT_STREAM_CAPSULES]
+const WT_RESET_STREAM = 0x190b4d39
+const WT_STOP_SENDING = 0x190b4d3a
+
+/** A capsule of two varints (stream id, code): WT_RESET_STREAM or WT_STOP_SENDING. */
+function encodeStreamSignal (type: number, streamId: number, code: number): Buffer {
+  const length = varintSize(streamId) + varintSize(code)
+  const out = Buffer.allocUnsafe(varintSize(type) + varintSize(length) + length)
+  writeVarint(out, writeVarint(out, writeVarint(out, writeVarint(out, 0, type), length), streamId), code)
+  return out
+}
+
+/** WT_RESET_STREAM then WT_STOP_SENDING for a stream, with one code: the stream refused both ways. */
+export function encodeStreamRefusal (streamId: number, code: number): Buffer {
+  return Buffer.concat([encodeStreamSignal(WT_RESET_STREAM, streamId, code), encodeStreamSignal(WT_STOP_SENDING, streamId, code)])
+}
+
+/**
  * Tracks capsule boundaries in one direction of a CONNECT stream. advance() consumes bytes
  * in order; after each call, atBoundary says whether the bytes so far end exactly after a
  * capsule, and closeSeen whether a CLOSE_WEBTRANSPORT_SESSION capsule has started.
@@ -112,6 +139,16 @@ export class CapsuleCursor {
   #headerLength = 0
   #closeSeen = false
   #capsules = 0
+  /** With a stream hook: the stream capsule whose id is being read, and its bytes so far. */
+  readonly #onStream: ((kind: WtStreamCapsuleKind, streamId: number) => void) | null
+  #idKind: WtStreamCapsuleKind | null = null
+  readonly #id = new Uint8Array(8)
+  #idLength = 0
+
+  /** onStream, when given, hears the kind and stream id of every stream capsule as it passes. */
+  constructor (onStream: ((kind: WtStreamCapsuleKind, streamId: number) => void) | null = null) {
+    this.#onStream = onStream
+  }
 
   get atBoundary (): boolean {
     return this.#remaining === 0 && this.#headerLength === 0
@@ -136,6 +173,20 @@ export class CapsuleCursor {
     let i = start
     if (untilBoundary && this.atBoundary) return 0
     while (i < end) {
+      if (this.#remaining > 0 && this.#idKind !== null) {
+        // A stream capsule's value starts with the stream id: collected byte by byte (8 at most).
+        this.#id[this.#idLength++] = chunk[i++] as number
+        this.#remaining--
+        if (this.#idLength === varintLengthOf(this.#id[0] as number)) {
+          const kind = this.#idKind
+          this.#idKind = null
+          this.#onStream?.(kind, decodeVarint(this.#id, 0))
+        } else if (this.#remaining === 0) {
+          this.#idKind = null // a capsule shorter than its own stream id: nothing to report
+        }
+        if (untilBoundary && this.#remaining === 0) return i - start
+        continue
+      }
       if (this.#remaining > 0) {
         const take = Math.min(this.#remaining, end - i)
         this.#remaining -= take
@@ -161,6 +212,13 @@ export class CapsuleCursor {
     this.#headerLength = 0
     this.#capsules++
     if (type === CLOSE_WEBTRANSPORT_SESSION) this.#closeSeen = true
+    if (this.#onStream !== null && this.#remaining > 0) {
+      const kind = WT_STREAM_CAPSULES[type as keyof typeof WT_STREAM_CAPSULES]
+      if (kind !== undefined) {
+        this.#idKind = kind
+        this.#idLength = 0
+      }
+    }
     return true
   }
 }

@@ -13,9 +13,11 @@
  * capsules pass through unchanged (see webtransport-capsule.ts), so it never holds per-stream
  * state, and a malformed or hostile session can only break its own two legs.
  *
- * Lifecycle: listen() → stopAccepting() (listener closed, GOAWAY to Pylon connections; open
- * sessions keep relaying) → close(reason) (every session gets a close capsule with the
- * reason, what has not finished CLOSE_GRACE_MS later is reset). close() is idempotent.
+ * Lifecycle: listen() → stopAccepting() (listener closed, GOAWAY to Pylon connections, sessions
+ * waiting for their pod refused; bridged sessions are drainable connections of the registry,
+ * lib/drain: drain capsules, new streams refused, closed once their last stream ended) →
+ * close(reason) (every session left gets a close capsule with the reason, what has not
+ * finished CLOSE_GRACE_MS later is reset). close() is idempotent.
  *
  * Caps (issue 16, from review of issue 14): every session has an upstream connection of its
  * own (its SETTINGS carry the Pylon's flow control, see webtransport-upstream.ts), so the
@@ -48,6 +50,10 @@ import { UpstreamDial, type DialAnswer, type DialFailure, type UpstreamTrust } f
 import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './webtransport-bridge.ts'
 import type { WebTransportMetrics } from './webtransport-metrics.ts'
 import { TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
+import type { ConnectionRegistry, Release } from '../drain/connection-registry.ts'
+import type { ConnectionKind, DrainableConnection } from '../drain/connection-kinds.ts'
+import { tunnelCloseReasonOf, type DrainReason } from '../drain/drain-reasons.ts'
+import type { DrainMetrics } from '../drain/drain-metrics.ts'
 
 export interface WebTransportRelayOptions {
   readonly host: string
@@ -76,6 +82,49 @@ export interface WebTransportRelayOptions {
   readonly logger: Logger
   readonly onTlsError?: (err: Error) => void
   readonly onRapidReset?: () => void
+  /** Where bridged sessions are registered to be drained (shutdown, replica balancing); null: nowhere. */
+  readonly connections?: ConnectionRegistry | null
+  readonly drainMetrics?: DrainMetrics | null
+}
+
+/**
+ * A bridged session as the connection registry sees it (lib/drain): the Pylon's HTTP/2
+ * connection gets GOAWAY (no new session on it), the session drains (webtransport-bridge.ts),
+ * done when the bridge ended.
+ */
+class H2SessionHandle implements DrainableConnection {
+  readonly kind: ConnectionKind = 'webtransport_h2'
+  readonly openedAt: number
+  readonly bridge: WebTransportBridge
+  release: Release | null = null
+  #done: Promise<void> | null = null
+  #resolve: (() => void) | null = null
+  #gone = false
+
+  constructor (bridge: WebTransportBridge, openedAt: number) {
+    this.bridge = bridge
+    this.openedAt = openedAt
+  }
+
+  drain (reason: DrainReason): Promise<void> {
+    if (this.#done !== null) return this.#done
+    if (this.#gone) return (this.#done = Promise.resolve())
+    this.#done = new Promise((resolve) => { this.#resolve = resolve })
+    const session = this.bridge.downstreamSession
+    if (session !== undefined && !session.closed && !session.destroyed) session.close()
+    this.bridge.drain(tunnelCloseReasonOf(reason))
+    return this.#done
+  }
+
+  abort (): void {
+    this.bridge.destroy()
+  }
+
+  gone (): void {
+    this.#gone = true
+    this.release?.()
+    this.#resolve?.()
+  }
 }
 
 /** The coarse tick: at most this, and a quarter of the idle timeout or half the keep-alive interval below that. */
@@ -119,6 +168,7 @@ export class WebTransportRelay {
   /** The Pylon connection each bridge's session counts against. */
   readonly #bridgeConnections = new Map<WebTransportBridge, DownstreamConnection>()
   readonly #pending = new Set<PendingSession>()
+  readonly #handles = new Map<WebTransportBridge, H2SessionHandle>()
   readonly #clock: CoarseClock = { now: Date.now() }
   #tick: NodeJS.Timeout | null = null
   #accepting = true
@@ -198,11 +248,15 @@ export class WebTransportRelay {
     this.#server.setSecureContext(options)
   }
 
-  /** Shutdown has begun: no new connections or sessions; open sessions keep relaying. */
+  /**
+   * Shutdown has begun: no new connections or sessions; a session still waiting for its pod is
+   * refused (503 shutting_down); bridged ones are drained through the connection registry.
+   */
   stopAccepting (): void {
     if (!this.#accepting) return
     this.#accepting = false
     if (this.#server.listening) this.#server.close()
+    for (const pending of [...this.#pending]) this.#settlePending(pending, 'shutting_down', 'router shutdown')
     // GOAWAY: the Pylon opens no new session on this connection; the open ones continue.
     for (const session of this.#sessions.keys()) if (!session.closed) session.close()
   }
@@ -456,8 +510,15 @@ export class WebTransportRelay {
       keepAlive: this.#options.keepAliveMs > 0,
       metrics: this.#options.metrics,
       onEnd: (ended, end) => { this.#onBridgeEnd(ended, end) },
+      onRefused: (side) => { this.#options.drainMetrics?.streamsRefused.labels('webtransport_h2', side).inc() },
     })
     this.#bridges.add(bridge)
+    const registry = this.#options.connections ?? null
+    if (registry !== null) {
+      const handle = new H2SessionHandle(bridge, registry.now())
+      this.#handles.set(bridge, handle)
+      handle.release = registry.add(handle)
+    }
     this.#bridgeConnections.set(bridge, connection)
     connection.sessions++
     this.#options.metrics.activeSessions.inc()
@@ -466,6 +527,8 @@ export class WebTransportRelay {
 
   #onBridgeEnd (bridge: WebTransportBridge, end: BridgeEnd): void {
     if (!this.#bridges.delete(bridge)) return
+    this.#handles.get(bridge)?.gone()
+    this.#handles.delete(bridge)
     const grace = this.#graceTimers.get(bridge)
     if (grace !== undefined) {
       clearTimeout(grace)

@@ -1,5 +1,6 @@
 // server/main.ts signals in a child process (SPEC §11, issue 13): SIGTERM/SIGINT fail /readyz,
-// drain and exit 0; a second signal exits at once; a signal during start-up exits cleanly.
+// drain and exit 0, as soon as nothing is left open; a second signal exits at once; a signal
+// during start-up exits cleanly.
 import t from 'tap'
 import net from 'node:net'
 import { execFile } from 'node:child_process'
@@ -9,6 +10,7 @@ import { waitFor } from '../fixtures/wait.ts'
 import { writeFile } from 'node:fs/promises'
 import { GRPC_PYLON_DIAL_ADDR, exitWithin, httpGet, oneTargetFile, startProcess, startReadyRouter, tempDir } from '../fixtures/router-process.ts'
 import { holdOpenEnv } from '../fixtures/hold-open.ts'
+import { StargateWatchClient } from '../fixtures/stargate-watch-client.ts'
 
 const exec = promisify(execFile)
 
@@ -26,6 +28,26 @@ t.test('a ready router shuts down on SIGTERM or SIGINT with exit 0 and a last "s
     t.equal(logs.at(-1)?.msg, 'shutdown complete', signal)
     t.equal(p.stderr(), '', signal)
   }))
+})
+
+t.test('with a Watch stream and an idle keep-alive connection open, SIGTERM exits 0 as soon as they are closed, not at the 30 s drain timeout', async (t) => {
+  // SPEC §11: the Watch stream ends at once (UNAVAILABLE) and its connection gets GOAWAY, the
+  // idle connection is closed at once: nothing is left, so nothing waits for the timeout.
+  const { p, frontDoor } = await startReadyRouter(t, ['--shutdown-drain-timeout-ms', '30000'])
+  const watch = new StargateWatchClient(`127.0.0.1:${frontDoor}`)
+  t.teardown(() => { watch.close() })
+  await watch.next()
+  const idle = net.connect(frontDoor, '127.0.0.1')
+  t.teardown(() => { idle.destroy() })
+  idle.on('error', () => {})
+  await new Promise((resolve) => { idle.once('connect', resolve) })
+  const sentAt = Date.now()
+  p.child.kill('SIGTERM')
+  t.strictSame(await exitWithin(p, 20_000), { code: 0, signal: null })
+  t.ok(Date.now() - sentAt < 20_000, `exited ${Date.now() - sentAt} ms after the SIGTERM`)
+  t.match(watch.error, { code: 14, details: 'router is shutting down' }, 'the Watch stream ended UNAVAILABLE')
+  const drained = p.logs().find((l) => l.msg === 'shutdown: connections drained')
+  t.ok(Number(drained?.elapsedMs) < 5000, `the router's own count: connections gone after ${String(drained?.elapsedMs)} ms`)
 })
 
 t.test('a second signal during a long drain exits at once with code 1', async (t) => {

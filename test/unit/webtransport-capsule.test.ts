@@ -6,7 +6,7 @@
 import t from 'tap'
 import {
   CLOSE_WEBTRANSPORT_SESSION, CapsuleCursor, CapsuleReader, DEFAULT_WT_SETTINGS, DRAIN_WEBTRANSPORT_SESSION, MAX_CLOSE_REASON_BYTES, WT_SETTINGS,
-  decodeCloseValue, encodeCloseCapsule, encodeDrainCapsule, pickWtSettings, type CapsuleEvent,
+  decodeCloseValue, encodeCloseCapsule, encodeDrainCapsule, encodeStreamRefusal, pickWtSettings, type CapsuleEvent,
 } from '../../lib/tunnel/webtransport-capsule.ts'
 
 function varint (value: number): Buffer {
@@ -173,4 +173,33 @@ t.test('the capsule reader refuses a close capsule outside 4..1028 bytes and a s
 t.test('a drain capsule is type 0x78ae with no value', async (t) => {
   t.equal(encodeDrainCapsule().toString('hex'), '8000' + '78ae' + '00')
   t.equal(DRAIN_WEBTRANSPORT_SESSION, 0x78ae)
+})
+
+t.test('with a stream hook the cursor reports each stream capsule\'s kind and id once, however the bytes are chunked', async (t) => {
+  const stream = Buffer.concat([
+    capsule(0x190b4d3b, Buffer.concat([varint(16_384), Buffer.from('data')])),
+    capsule(0x190b4d3c, Buffer.concat([varint(5), Buffer.alloc(300, 7)])),
+    capsule(0x190b4d3d, varint(1 << 20)), // flow control: not a stream capsule
+    capsule(0x190b4d39, Buffer.concat([varint(9), varint(42)])),
+    capsule(0x190b4d3a, Buffer.concat([varint(2), varint(7)]), { longVarints: true }),
+    capsule(0x190b4d3b, Buffer.alloc(0)), // too short to name a stream: nothing reported
+  ])
+  const expected = [['stream', 16_384], ['stream_fin', 5], ['reset', 9], ['stop', 2]]
+  for (const size of [1, 2, 3, 7, 64, stream.length]) {
+    const seen: Array<[string, number]> = []
+    const cursor = new CapsuleCursor((kind, id) => { seen.push([kind, id]) })
+    for (let at = 0; at < stream.length; at += size) cursor.advance(stream.subarray(at, at + size))
+    t.same(seen, expected, `in chunks of ${size}`)
+    t.ok(cursor.atBoundary)
+  }
+})
+
+t.test('a stream refusal is WT_RESET_STREAM then WT_STOP_SENDING, both with the stream id and the code', async (t) => {
+  const seen: Array<[string, number]> = []
+  const cursor = new CapsuleCursor((kind, id) => { seen.push([kind, id]) })
+  const refusal = encodeStreamRefusal(13, 0x44524e)
+  cursor.advance(refusal)
+  t.same(seen, [['reset', 13], ['stop', 13]])
+  t.ok(cursor.atBoundary)
+  t.same(refusal, Buffer.concat([capsule(0x190b4d39, Buffer.concat([varint(13), varint(0x44524e)])), capsule(0x190b4d3a, Buffer.concat([varint(13), varint(0x44524e)]))]))
 })
