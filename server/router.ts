@@ -17,8 +17,10 @@ import { RegistrationForwarder } from '../lib/control-plane/registration-forward
 import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
 import { startTls } from './tls-wiring.ts'
 import { startPeers } from './peers-wiring.ts'
+import { startRebalance } from './rebalance-wiring.ts'
 import { startTunnel } from './tunnels.ts'
 import type { RunningTunnel } from './tunnel-types.ts'
+import type { PylonLoad } from '../lib/rebalance/load.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
@@ -223,6 +225,19 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
   })
   tls.attach(frontDoor.listener, upstreamPool, httpPods)
+  // Replica balancing (SPEC §10): /debug/load always; the loop only with --rebalance. The
+  // tunnels start below: until then they hold nothing.
+  let tunnelLoad: () => Pick<PylonLoad, 'raw_quic' | 'webtransport'> = () => ({ raw_quic: 0, webtransport: 0 })
+  const rebalance = startRebalance({
+    config,
+    peers,
+    load: { load: () => ({ registration: registrations.connections(), ...tunnelLoad() }) },
+    mover: null,
+    draining: () => readiness.draining,
+    metrics,
+    logger,
+  })
+  closers.push('rebalance', () => rebalance.close())
   const health = new HealthServer({
     host: config.healthListenAddr.host,
     port: config.healthListenAddr.port,
@@ -230,7 +245,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     registry: metrics.registry,
     snapshot: store,
     discovery: source,
-    debugRoutes: peers === null ? [] : [peers.debugRoute],
+    debugRoutes: peers === null ? [rebalance.debugRoute] : [peers.debugRoute, rebalance.debugRoute],
     logger,
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('health', reason).inc() },
   })
@@ -241,6 +256,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   const frontDoorAddress = await frontDoor.listen()
   const runningTunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger })
   closers.push('tunnels', () => runningTunnel.close())
+  tunnelLoad = () => runningTunnel.pylonLoad()
   hub = new WatchStargatesHub({
     snapshot: store,
     template,

@@ -10,6 +10,7 @@ import type { HostnameTemplate } from '../lib/routing/hostname-template.ts'
 import type { TlsMaterialManager } from '../lib/tls/manager.ts'
 import type { RouterMetrics } from '../lib/metrics/metrics.ts'
 import type { Logger } from '../lib/log.ts'
+import type { PylonLoad } from '../lib/rebalance/load.ts'
 
 export interface TunnelContext {
   readonly config: Config
@@ -29,4 +30,6 @@ export interface RunningTunnel {
   stopAccepting (): void
   /** Closes every tunnel with reason `router shutdown` and stops listening. Idempotent. */
   close (): Promise<void>
+  /** Pylon tunnels open now, by kind (replica balancing's load; the other protocol is 0). */
+  pylonLoad (): Pick<PylonLoad, 'raw_quic' | 'webtransport'>
 }
