@@ -7,14 +7,14 @@
 import { catalogueRows, type CatalogueArea } from './error-catalogue.ts'
 import { HTTP_ERRORS, HTTP_ERROR_AREA } from './http-forward/errors.ts'
 import { GRPC_ERRORS, GRPC_ERROR_AREA } from './control-plane/errors.ts'
-import { QUIC_CLOSE_AREA, QUIC_CLOSE_REASONS, WEBTRANSPORT_CLOSE_AREA, WEBTRANSPORT_CLOSE_REASONS } from './tunnel/errors.ts'
+import { QUIC_CLOSE_AREA, QUIC_CLOSE_REASONS, STREAM_REFUSAL_AREA, STREAM_REFUSALS, WEBTRANSPORT_CLOSE_AREA, WEBTRANSPORT_CLOSE_REASONS } from './tunnel/errors.ts'
 import { REJECTIONS, WEBTRANSPORT_REJECTION_AREA } from './tunnel/webtransport-connect.ts'
 import { HANDSHAKE_FAILURES_DOC } from './quic/handshake-failure.ts'
 import { STARTUP_ERRORS, STARTUP_ERROR_AREA } from './config/errors.ts'
 
 export type { CatalogueArea, CatalogueRow, ErrorDoc } from './error-catalogue.ts'
 export { fillMessage } from './error-catalogue.ts'
-export { GRPC_ERRORS, HANDSHAKE_FAILURES_DOC, HTTP_ERRORS, QUIC_CLOSE_REASONS, REJECTIONS, STARTUP_ERRORS, WEBTRANSPORT_CLOSE_REASONS }
+export { GRPC_ERRORS, HANDSHAKE_FAILURES_DOC, HTTP_ERRORS, QUIC_CLOSE_REASONS, REJECTIONS, STARTUP_ERRORS, STREAM_REFUSALS, WEBTRANSPORT_CLOSE_REASONS }
 
 const HANDSHAKE_FAILURE_AREA: CatalogueArea = {
   title: 'Raw QUIC handshake failures (operators)',
@@ -29,6 +29,7 @@ export const ERROR_CATALOGUE: readonly CatalogueArea[] = [
   GRPC_ERROR_AREA,
   HTTP_ERROR_AREA,
   QUIC_CLOSE_AREA,
+  STREAM_REFUSAL_AREA,
   HANDSHAKE_FAILURE_AREA,
   WEBTRANSPORT_REJECTION_AREA,
   WEBTRANSPORT_CLOSE_AREA,

@@ -83,6 +83,8 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     drainGraceMs: config.drainGraceMs,
     metrics,
     logger,
+    connections: context.connections,
+    drainMetrics: context.metrics.drain,
   })
   tls.onChange((changed, _previous, next) => {
     if (changed !== 'client_trust' || next.clientTrust === null) return

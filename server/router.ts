@@ -13,6 +13,8 @@ import type { DiscoveryStatus } from '../lib/discovery/types.ts'
 import { SHUTDOWN_MESSAGE, WatchStargatesHub } from '../lib/control-plane/watch-stargates.ts'
 import { createGrpcDispatch } from '../lib/control-plane/grpc-dispatch.ts'
 import { GrpcStatus, respondWithStatus } from '../lib/control-plane/grpc.ts'
+import { GRPC_ERRORS } from '../lib/control-plane/errors.ts'
+import { ConnectionRegistry } from '../lib/drain/connection-registry.ts'
 import { RegistrationForwarder } from '../lib/control-plane/registration-forwarder.ts'
 import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
 import { startTls } from './tls-wiring.ts'
@@ -56,6 +58,8 @@ export interface RunningRouter {
   readonly readiness: Readiness
   readonly upstreamPool: UpstreamPool
   readonly registrations: RegistrationForwarder
+  /** The live connections by kind (front door, tunnels), to drain or count. */
+  readonly connections: ConnectionRegistry
   /** Graceful shutdown (SPEC §11), done within the drain timeout + 1 s minus SHUTDOWN_EXIT_MARGIN_MS; idempotent. */
   shutdown (): Promise<void>
 }
@@ -84,8 +88,9 @@ export async function startRouter (config: Config, deps: RouterDeps): Promise<Ru
   const readiness = new Readiness()
   // What has started, to close in reverse order on a failed start-up and on shutdown.
   const closers = new CloserStack()
+  const connections = new ConnectionRegistry({ metrics: metrics.drain })
   try {
-    return await startComponents(config, deps, { metrics, template, store, readiness, closers })
+    return await startComponents(config, deps, { metrics, template, store, readiness, closers, connections })
   } catch (err) {
     // Nothing may outlive a failed start: no listener, no pod connection, no timer.
     await closers.unwind(Date.now() + FAILED_START_CLOSE_MS)
@@ -108,11 +113,12 @@ interface Started {
   readonly store: SnapshotStore
   readonly readiness: Readiness
   readonly closers: CloserStack
+  readonly connections: ConnectionRegistry
 }
 
 async function startComponents (config: Config, deps: RouterDeps, started: Started): Promise<RunningRouter> {
   const { logger } = deps
-  const { metrics, template, store, readiness, closers } = started
+  const { metrics, template, store, readiness, closers, connections } = started
   // Before discovery: invalid TLS material fails start-up (no insecure fallback).
   // The self-signed fallback identity covers every advertised host (tunnels need one).
   const tls = await startTls(config, template.render('*'), metrics, logger)
@@ -223,6 +229,15 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('front_door', reason).inc() },
     onTimedOut: (reason) => { metrics.limits.connectionsTimedOut.labels(reason).inc() },
     onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
+    registry: connections,
+    // A draining connection's control-plane streams end with their owner's status: a
+    // registration cancels its upstream stream, a watch leaves the hub.
+    endGrpcStream: (stream, code) => {
+      if (registrations.end(stream, code) || (hub?.end(stream, code) ?? false)) return
+      const error = GRPC_ERRORS[code]
+      respondWithStatus(stream, error.status, error.message)
+    },
+    onDrainRefused: () => { metrics.drain.streamsRefused.labels('registration', 'pylon').inc() },
   })
   tls.attach(frontDoor.listener, upstreamPool, httpPods)
   // Replica balancing (SPEC §10): /debug/load always; the loop only with --rebalance. The
@@ -254,7 +269,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   // On shutdown the drain has begun the front door's close already; this call waits for it.
   closers.push('front door', () => frontDoor.close(0))
   const frontDoorAddress = await frontDoor.listen()
-  const runningTunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger })
+  const runningTunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger, connections })
   closers.push('tunnels', () => runningTunnel.close())
   tunnelLoad = () => runningTunnel.pylonLoad()
   hub = new WatchStargatesHub({
@@ -280,20 +295,27 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
       const drainMs = config.shutdownDrainTimeoutMs
       const endBy = startedAt + drainMs + 1000 - SHUTDOWN_EXIT_MARGIN_MS
       readiness.startDraining()
-      logger.info({ drainMs }, 'shutting down: draining connections')
-      watchHub.close(SHUTDOWN_MESSAGE)
+      logger.info({ drainMs, connections: connections.counts() }, 'shutting down: draining connections')
+      // Pylons move first (SPEC §11): every connection stops taking new work now (Watch and
+      // registration streams end with UNAVAILABLE, then GOAWAY; tunnels refuse new streams),
+      // lets its open work finish and closes; the process goes as soon as none is left.
       runningTunnel.stopAccepting()
-      // The front door cuts what is still open at the drain deadline (and is gone
-      // STATUS_FLUSH_MS + 500 ms later at most). Tunnels drain as long, side by side: the stack
-      // closes them (first, as they started last) once the front door has drained or at the
-      // deadline, whichever comes first; the rest then share what is left of the budget.
-      const frontDoorClosed = frontDoor.close(drainMs, () => { registrations.endAll(SHUTDOWN_MESSAGE) })
-      await settleWithin({ frontDoor: frontDoorClosed }, drainMs)
+      const drained = connections.drainAll('shutdown')
+      watchHub.close(SHUTDOWN_MESSAGE)
+      // The front door stops listening and cuts what is still open at the deadline (gone 500 ms
+      // later at most); what else is open then is closed, and the closers share what is left.
+      const frontDoorClosed = frontDoor.close(drainMs)
+      const open = await settleWithin({ connections: drained, frontDoor: frontDoorClosed }, drainMs)
+      if (open.length > 0) {
+        logger.warn({ connections: connections.counts() }, 'shutdown: connections still open at the drain deadline are closed')
+        connections.abortAll('shutdown')
+      }
+      logger.info({ elapsedMs: Date.now() - startedAt }, 'shutdown: connections drained')
       const late = await closers.unwind(endBy)
       if (late.length > 0) logger.warn({ steps: late }, 'shutdown: steps still running at the deadline were left behind')
       logger.info({ elapsedMs: Date.now() - startedAt }, 'shutdown complete')
     })()
     return stopping
   }
-  return { frontDoor: frontDoorAddress, health: healthAddress, tunnel: runningTunnel, snapshot: store, metrics, readiness, upstreamPool, registrations, shutdown }
+  return { frontDoor: frontDoorAddress, health: healthAddress, tunnel: runningTunnel, snapshot: store, metrics, readiness, upstreamPool, registrations, connections, shutdown }
 }

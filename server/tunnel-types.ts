@@ -11,6 +11,7 @@ import type { TlsMaterialManager } from '../lib/tls/manager.ts'
 import type { RouterMetrics } from '../lib/metrics/metrics.ts'
 import type { Logger } from '../lib/log.ts'
 import type { PylonLoad } from '../lib/rebalance/load.ts'
+import type { ConnectionRegistry } from '../lib/drain/connection-registry.ts'
 
 export interface TunnelContext {
   readonly config: Config
@@ -19,6 +20,8 @@ export interface TunnelContext {
   readonly tls: TlsMaterialManager
   readonly metrics: RouterMetrics
   readonly logger: Logger
+  /** Tunnels are registered here to be drained (shutdown, replica balancing). */
+  readonly connections: ConnectionRegistry | null
 }
 
 export interface RunningTunnel {
@@ -26,9 +29,9 @@ export interface RunningTunnel {
   readonly udp: AddressInfo | null
   /** The TCP address (WebTransport over HTTP/2), when listening. */
   readonly tcp: AddressInfo | null
-  /** Shutdown has begun: refuse new tunnels, keep relaying the open ones. */
+  /** Shutdown has begun: refuse new tunnels; open ones are drained through the connection registry. */
   stopAccepting (): void
-  /** Closes every tunnel with reason `router shutdown` and stops listening. Idempotent. */
+  /** Closes every tunnel still open with reason `router shutdown` and stops listening. Idempotent. */
   close (): Promise<void>
   /** Pylon tunnels open now, by kind (replica balancing's load; the other protocol is 0). */
   pylonLoad (): Pick<PylonLoad, 'raw_quic' | 'webtransport'>

@@ -118,8 +118,8 @@ export const GRPC_ERRORS = {
     status: GrpcStatus.UNAVAILABLE,
     outcome: 'drained',
     message: 'router is shutting down',
-    meaning: 'the router is draining (SIGTERM): Watch streams end at once, registrations at --shutdown-drain-timeout-ms',
-    action: 'none: clients reconnect to another replica',
+    meaning: 'the router is draining (SIGTERM): Watch and registration streams end at once (and a stream opened on a draining connection is refused), then the connection gets GOAWAY',
+    action: 'none: the Pylon watches and registers again through another replica while this one drains',
   },
   headers_too_large: {
     status: GrpcStatus.RESOURCE_EXHAUSTED,

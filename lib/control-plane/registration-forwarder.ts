@@ -25,7 +25,7 @@ import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/typ
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
 import { respondWithStatus } from './grpc.ts'
-import { GRPC_ERRORS, grpcError, type GrpcError } from './errors.ts'
+import { GRPC_ERRORS, grpcError, type GrpcError, type GrpcErrorCode } from './errors.ts'
 import { GrpcFrameGuard } from './grpc-frame-guard.ts'
 import type { UpstreamConnectError, UpstreamPool } from './upstream-pool.ts'
 
@@ -346,7 +346,19 @@ export class RegistrationForwarder {
     metrics.registrationStreamDuration.observe((performance.now() - splice.startedAt) / 1000)
   }
 
-  /** Ends every open registration stream with UNAVAILABLE (shutdown drain deadline). */
+  /**
+   * Ends one open registration stream with the status of code (its connection drains) and
+   * cancels the upstream one; false when the stream is no registration being forwarded.
+   */
+  end (down: ServerHttp2Stream, code: GrpcErrorCode): boolean {
+    const splice = (down as Down)[kSplice]
+    if (splice === undefined || splice.finished) return false
+    const error = GRPC_ERRORS[code]
+    this.fail(splice, error, error.outcome ?? 'drained')
+    return true
+  }
+
+  /** Ends every open registration stream with UNAVAILABLE and message. */
   endAll (message: string): void {
     for (const set of this.#byIdentity.values()) {
       for (const splice of [...set]) this.fail(splice, { status: GRPC_ERRORS.shutting_down.status, message }, GRPC_ERRORS.shutting_down.outcome)

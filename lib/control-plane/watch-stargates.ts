@@ -10,7 +10,7 @@ import type { ServerHttp2Stream } from 'node:http2'
 import { create, toBinary } from '@bufbuild/protobuf'
 import { WatchStargatesResponseSchema } from './gen/stargate/stargate_pb.js'
 import { endWithStatus, frameMessage } from './grpc.ts'
-import { GRPC_ERRORS } from './errors.ts'
+import { GRPC_ERRORS, type GrpcErrorCode } from './errors.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
@@ -126,6 +126,14 @@ export class WatchStargatesHub {
 
   remove (watcher: Watcher): void {
     if (this.#watchers.delete(watcher)) this.#options.metrics.watchStreamsActive.dec()
+  }
+
+  /** Ends one watch stream with the status of code (its connection drains); false when it is no watch. */
+  end (stream: ServerHttp2Stream, code: GrpcErrorCode): boolean {
+    if (watchers.get(stream) === undefined) return false
+    const error = GRPC_ERRORS[code]
+    endWithStatus(stream, error.status, error.message)
+    return true
   }
 
   /** Ends every watch stream with UNAVAILABLE so clients re-watch elsewhere; refuses new ones. */

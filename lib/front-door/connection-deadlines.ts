@@ -20,7 +20,9 @@
  * timeouts share one coarse tick").
  */
 import type { Socket } from 'node:net'
-import type { ServerHttp2Session } from 'node:http2'
+import type { ServerResponse } from 'node:http'
+import type { ServerHttp2Session, ServerHttp2Stream } from 'node:http2'
+import type { DrainReason } from '../drain/drain-reasons.ts'
 
 export type ConnectionPhase = 'classify' | 'h1_head' | 'h1_active' | 'h1_idle' | 'h2'
 
@@ -46,6 +48,14 @@ export class TrackedConnection {
   /** HTTP/2 streams open on the session. */
   streams = 0
   session: ServerHttp2Session | null = null
+  /** Open WatchStargates and RegisterInferenceServer streams (ended first when it drains); null until one opens. */
+  controlStreams: Set<ServerHttp2Stream> | null = null
+  /** Of those, RegisterInferenceServer streams: the connection is a Pylon's registration connection while above 0. */
+  registrations = 0
+  /** The latest HTTP/1.1 response not finished (a drain makes it the last: `connection: close`). */
+  response: ServerResponse | null = null
+  /** Told to drain, and why (connection-drain.ts): no keep-alive, GOAWAY, closed once its work ended. */
+  drainReason: DrainReason | null = null
 
   constructor (socket: Socket, now: number) {
     this.socket = socket

@@ -106,9 +106,9 @@ export class FrontDoor {
   }
 
   /** The listener's graceful close (listener.ts), then Fastify's. Idempotent. */
-  close (deadlineMs: number, onDeadline?: () => void): Promise<void> {
+  close (deadlineMs: number): Promise<void> {
     this.#closing ??= (async () => {
-      await this.listener.close(deadlineMs, onDeadline)
+      await this.listener.close(deadlineMs)
       await this.app.close()
     })()
     return this.#closing

@@ -28,7 +28,11 @@ import http2, {
   Http2ServerRequest, Http2ServerResponse,
   type IncomingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2'
-import { isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
+import { REGISTER_INFERENCE_SERVER_PATH, isGrpcContentType, respondWithStatus } from '../control-plane/grpc.ts'
+import { GRPC_ERRORS } from '../control-plane/errors.ts'
+import type { ConnectionRegistry } from '../drain/connection-registry.ts'
+import { DRAIN_REASONS } from '../drain/drain-reasons.ts'
+import { FrontDoorConnection, type EndGrpcStream } from './connection-drain.ts'
 import { HTTP_ERRORS } from '../http-forward/errors.ts'
 import { headersTooLargeAnswers, type HeadersTooLarge } from './http-errors.ts'
 import type { RapidResetGuardOptions } from './http2-guard.ts'
@@ -81,10 +85,16 @@ export interface FrontDoorOptions {
   readonly onTimedOut?: (reason: TimeoutReason) => void
   /** Open TCP connections, after each change. */
   readonly onConnectionCount?: (count: number) => void
+  /** Where connections are registered to be drained (shutdown, replica balancing); null: nowhere. */
+  readonly registry?: ConnectionRegistry | null
+  /** Ends an open WatchStargates or RegisterInferenceServer stream when its connection drains (default: the bare status). */
+  readonly endGrpcStream?: EndGrpcStream
+  /** A gRPC stream arrived on a draining connection and was refused. */
+  readonly onDrainRefused?: () => void
 }
 
-/** Between ending streams with a status at the drain deadline and cutting connections. */
-export const STATUS_FLUSH_MS = 200
+/** After the drain deadline, how long cut connections get to report their close. */
+const CUT_WAIT_MS = 500
 /** An HTTP/2 session told GOAWAY for idleness is cut after this if it does not close. */
 const GOAWAY_GRACE_MS = 1000
 const HEADERS_TIMEOUT_RESPONSE = 'HTTP/1.1 408 Request Timeout\r\nconnection: close\r\ncontent-length: 0\r\n\r\n'
@@ -101,12 +111,27 @@ type Tagged<T> = T & { [kTracked]?: { door: FrontDoorListener, connection: Track
 /** HTTP/1.1 response done (finished or aborted): the connection may go idle. */
 function onH1ResponseClose (this: Tagged<ServerResponse>): void {
   const tag = this[kTracked]
-  if (tag !== undefined) tag.door.h1RequestFinished(tag.connection)
+  if (tag !== undefined) tag.door.h1RequestFinished(tag.connection, this)
 }
 
 function onH2StreamClose (this: Tagged<ServerHttp2Stream>): void {
   const tag = this[kTracked]
   if (tag !== undefined) tag.door.h2StreamClosed(tag.connection)
+}
+
+function onControlStreamClose (this: Tagged<ServerHttp2Stream>): void {
+  this[kTracked]?.connection.controlStreams?.delete(this)
+}
+
+function onRegistrationStreamClose (this: Tagged<ServerHttp2Stream>): void {
+  const connection = this[kTracked]?.connection
+  if (connection !== undefined && connection.registrations > 0) connection.registrations--
+}
+
+/** The status of a control-plane stream whose connection drains, when no owner ends it. */
+function endWithCode (stream: ServerHttp2Stream, code: keyof typeof GRPC_ERRORS): void {
+  const error = GRPC_ERRORS[code]
+  respondWithStatus(stream, error.status, error.message)
 }
 
 function destroySession (session: ServerHttp2Session): void {
@@ -135,6 +160,8 @@ export class FrontDoorListener {
   readonly #raw = new Set<Socket>()
   readonly #deadlines: ConnectionDeadlines
   readonly #tracked = new WeakMap<Socket, TrackedConnection>()
+  /** Every tracked connection's drain handle (registered or not). */
+  readonly #handles = new Map<TrackedConnection, FrontDoorConnection>()
   readonly #tags = new WeakMap<TrackedConnection, { door: FrontDoorListener, connection: TrackedConnection }>()
   #draining = false
   /** While closing: called as sockets close, to resolve once none is left. */
@@ -240,10 +267,11 @@ export class FrontDoorListener {
   }
 
   /** @internal an HTTP/1.1 response of this connection is done. */
-  h1RequestFinished (connection: TrackedConnection): void {
+  h1RequestFinished (connection: TrackedConnection, response: ServerResponse): void {
     this.#deadlines.requestFinished(connection)
+    if (connection.response === response) connection.response = null
     // Draining: a connection goes once its last response is out (end: the response flushes).
-    if (this.#draining && connection.requests === 0 && !connection.socket.destroyed) connection.socket.end()
+    if ((this.#draining || connection.drainReason !== null) && connection.requests === 0 && !connection.socket.destroyed) connection.socket.end()
   }
 
   /** @internal an HTTP/2 stream of this connection closed. */
@@ -278,44 +306,39 @@ export class FrontDoorListener {
   }
 
   /**
-   * Graceful close: stop accepting, send GOAWAY so clients open no new streams, close HTTP/1.1
-   * connections that have no request in flight (idle, partial heads), let open streams and
-   * requests finish until the deadline, then cut what is left. Resolves once every connection
-   * is gone, and in any case STATUS_FLUSH_MS + 500 ms after the deadline. Idempotent.
+   * Graceful close: stop accepting, drain every connection (connection-drain.ts: Watch and
+   * registration streams end with UNAVAILABLE, HTTP/2 gets GOAWAY, HTTP/1.1 connections with no
+   * request in flight close, the others after their response), let open streams and requests
+   * finish until the deadline, then cut what is left. Resolves once every connection is gone,
+   * and in any case CUT_WAIT_MS after the deadline. Idempotent.
    */
-  close (deadlineMs: number, onDeadline?: () => void): Promise<void> {
-    this.#closing ??= this.#close(deadlineMs, onDeadline)
+  close (deadlineMs: number): Promise<void> {
+    this.#closing ??= this.#close(deadlineMs)
     return this.#closing
   }
 
-  async #close (deadlineMs: number, onDeadline?: () => void): Promise<void> {
+  async #close (deadlineMs: number): Promise<void> {
     this.#draining = true
     // The listening socket is gone at this callback, once its connections are too.
     const unlistened = new Promise<void>((resolve) => { this.#outer.close(() => { resolve() }) })
-    for (const session of this.#sessions) session.close()
-    for (const connection of this.#deadlines.connections()) {
-      if (connection.phase !== 'h1_active' && connection.phase !== 'h2') connection.socket.destroy()
-    }
+    for (const handle of [...this.#handles.values()]) void handle.drain('shutdown')
+    // Accepted but not tracked yet (a TLS handshake in progress): nothing to finish.
+    for (const socket of this.#raw) if (!this.#tracked.has(socket)) socket.destroy()
     let deadline: NodeJS.Timeout | null = null
-    let cut: NodeJS.Timeout | null = null
     let giveUp: NodeJS.Timeout | null = null
     await new Promise<void>((resolve) => {
       const check = (): void => { if (this.#raw.size === 0) resolve() }
       this.#onRawClosed = check
       check()
       deadline = setTimeout(() => {
-        // Let owners end their streams with a proper status first, then cut what is left.
-        onDeadline?.()
-        cut = setTimeout(() => {
-          for (const session of this.#sessions) session.destroy()
-          for (const socket of this.#raw) socket.destroy()
-          // 'close' events follow destroy() within a tick or two; never wait on them for long.
-          giveUp = setTimeout(resolve, 500)
-        }, STATUS_FLUSH_MS)
+        for (const session of this.#sessions) session.destroy()
+        for (const socket of this.#raw) socket.destroy()
+        // 'close' events follow destroy() within a tick or two; never wait on them for long.
+        giveUp = setTimeout(resolve, CUT_WAIT_MS)
       }, deadlineMs)
     })
     this.#onRawClosed = null
-    for (const timer of [deadline, cut, giveUp]) if (timer !== null) clearTimeout(timer)
+    for (const timer of [deadline, giveUp]) if (timer !== null) clearTimeout(timer)
     this.#deadlines.stop()
     // Not when we gave up on connections that never reported their close.
     if (this.#raw.size === 0) await unlistened
@@ -331,11 +354,24 @@ export class FrontDoorListener {
     })
   }
 
-  /** Tracks the socket the HTTP servers read (the raw one, or the TLS one over it). */
+  /**
+   * Tracks the socket the HTTP servers read (the raw one, or the TLS one over it), and
+   * registers it to be drained; a connection accepted while the listener drains is drained at once.
+   */
   #track (socket: Socket): TrackedConnection {
     const connection = this.#deadlines.track(socket)
     this.#tracked.set(socket, connection)
-    socket.once('close', () => { this.#deadlines.untrack(connection) })
+    const registry = this.#options.registry ?? null
+    const handle = new FrontDoorConnection(connection, registry?.now() ?? Date.now(), this.#options.endGrpcStream ?? endWithCode)
+    this.#handles.set(connection, handle)
+    const release = registry?.add(handle) ?? null
+    socket.once('close', () => {
+      this.#deadlines.untrack(connection)
+      this.#handles.delete(connection)
+      release?.()
+      handle.closed()
+    })
+    if (this.#draining) void handle.drain('shutdown')
     return connection
   }
 
@@ -385,6 +421,8 @@ export class FrontDoorListener {
       this.#deadlines.requestStarted(connection)
       ;(res as Tagged<ServerResponse>)[kTracked] = this.#tagOf(connection)
       res.once('close', onH1ResponseClose)
+      connection.response = res
+      if (connection.drainReason !== null) res.shouldKeepAlive = false
     }
     if (this.#draining) res.shouldKeepAlive = false
     this.#options.onHttpRequest(req, res)
@@ -464,6 +502,22 @@ export class FrontDoorListener {
       return
     }
     if (grpc) {
+      const connection = tag?.connection
+      if (connection !== undefined) {
+        if (connection.drainReason !== null) {
+          // Sent before the client read the GOAWAY: refused as its connection's streams were ended.
+          this.#options.onDrainRefused?.()
+          const error = GRPC_ERRORS[DRAIN_REASONS[connection.drainReason].grpc]
+          respondWithStatus(stream, error.status, error.message)
+          return
+        }
+        ;(connection.controlStreams ??= new Set()).add(stream)
+        stream.once('close', onControlStreamClose)
+        if (headers[':path'] === REGISTER_INFERENCE_SERVER_PATH) {
+          connection.registrations++
+          stream.once('close', onRegistrationStreamClose)
+        }
+      }
       this.#options.onGrpcStream(stream, headers, rawHeaders)
       return
     }

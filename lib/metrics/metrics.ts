@@ -13,6 +13,7 @@ import { createRebalanceMetrics, type RebalanceMetrics } from '../rebalance/reba
 import { createWebTransportMetrics, type WebTransportMetrics } from '../tunnel/webtransport-metrics.ts'
 import { createRawQuicMetrics, type RawQuicMetrics } from '../tunnel/raw-quic-metrics.ts'
 import { createLimitMetrics, type LimitMetrics } from './limits-metrics.ts'
+import { createDrainMetrics, type DrainMetrics } from '../drain/drain-metrics.ts'
 
 export interface RouterMetrics extends TlsMetrics, PeerMetrics, RebalanceMetrics {
   readonly registry: Registry
@@ -20,6 +21,8 @@ export interface RouterMetrics extends TlsMetrics, PeerMetrics, RebalanceMetrics
   readonly quic: RawQuicMetrics
   /** Listener caps and timeouts (issue 14). */
   readonly limits: LimitMetrics
+  /** Connections drained, streams refused while draining, connections open by kind (SPEC §11). */
+  readonly drain: DrainMetrics
   readonly discoveryWatchRestarts: Counter
   readonly discoverySnapshotAge: Gauge
   readonly discoveryTargets: Gauge
@@ -57,6 +60,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     webtransport: createWebTransportMetrics(registry),
     quic: createRawQuicMetrics(registry),
     limits: createLimitMetrics(registry),
+    drain: createDrainMetrics(registry),
     discoveryWatchRestarts: define.counter('discovery_watch_restarts_total', 'EndpointSlice list/watch restarts after an error (the informer stops on any non-410 error)'),
     discoverySnapshotAge: define.gauge(
       'discovery_snapshot_age_seconds',

@@ -42,6 +42,8 @@ export interface QuicConnectionEvents {
   datagram: [Buffer]
   /** More streams may be opened (after openStream returned null for lack of credit). */
   streamsAvailable: [bidi: number, uni: number]
+  /** A draining connection (drain()) has no stream of work left. */
+  drained: []
   /** Node's own, typed here because the connection listens to it (unclaimed streams). */
   newListener: [eventName: string | symbol, listener: unknown]
 }
@@ -67,6 +69,7 @@ export class QuicConnection extends EventEmitter<QuicConnectionEvents> implement
   #alpn: string | null = null
   #datagrams = false
   #closeInfo: QuicCloseInfo | null = null
+  #draining = false
   readonly #forget: (conn: QuicConnection) => void
 
   constructor (native: NativeQuic, id: number, role: QuicRole, remoteAddress: string, remotePort: number, serverName: string | null, forget: (conn: QuicConnection) => void) {
@@ -142,6 +145,24 @@ export class QuicConnection extends EventEmitter<QuicConnectionEvents> implement
   close (code = 0, reason: string | Buffer = '', app = true): void {
     if (this.#closeInfo !== null) return
     this.native.close(this.id, app, code, reason)
+  }
+
+  /** drain() was called. */
+  get draining (): boolean {
+    return this.#draining
+  }
+
+  /**
+   * Takes no new streams from the peer from now on (native/src/drain.c): 'all' refuses every
+   * stream it opens, 'webtransport' only new WebTransport streams of the session bridged with
+   * bridgeStreams; each gets STOP_SENDING (and RESET_STREAM when bidirectional) with code, and
+   * the peer's stream credit stops growing. Open streams go on. Returns the streams of work
+   * open now; above 0, 'drained' follows once the last is gone. -1 when not open.
+   */
+  drain (code: number, scope: 'all' | 'webtransport' = 'all'): number {
+    if (this.#closeInfo !== null) return -1
+    this.#draining = true
+    return this.native.connDrain(this.id, scope === 'all' ? 1 : 2, code)
   }
 
   /** Forgets the connection now without telling the peer (after close(), or a crash in tests). */
@@ -231,6 +252,11 @@ export class QuicConnection extends EventEmitter<QuicConnectionEvents> implement
     stream.closed = true
     stream.handler?.onSpliceDone?.(stream, bytes)
     stream.handler?.onClose?.(stream)
+  }
+
+  /** @internal */
+  handleDrained (): void {
+    if (this.#closeInfo === null) this.emit('drained')
   }
 
   /** @internal */

@@ -4,7 +4,7 @@
  *
  *   addon turn ──(count, objects)──▶ dispatch(): for each record [type, conn, stream, a, b, obj]
  *        PROPOSED ─▶ endpoint.onProposal(proposal)     (accept / reject, now or later)
- *        ESTABLISHED, CLOSED, STREAM_OPENED, DATAGRAM, STREAMS_AVAILABLE ─▶ the connection
+ *        ESTABLISHED, CLOSED, STREAM_OPENED, DATAGRAM, STREAMS_AVAILABLE, DRAINED ─▶ the connection
  *        STREAM_READABLE / WRITABLE / RESET / STOP / CLOSED, SPLICE_DONE ─▶ the stream's handler
  *
  * Every handler call is guarded: an exception from one is reported through onHandlerError and
@@ -160,6 +160,9 @@ export class QuicEngine {
         return
       case EV.SPLICE_DONE:
         conn.handleSpliceDone(streamId, a)
+        return
+      case EV.DRAINED:
+        conn.handleDrained()
         return
       default:
         break

@@ -25,6 +25,7 @@ export const EV = {
   SPLICE_DONE: 12,
   ENDPOINT_ERROR: 13,
   PENDING_EXPIRED: 14,
+  DRAINED: 15,
 } as const
 
 /** Numbers per event record in the shared Float64Array. */
@@ -118,6 +119,8 @@ export interface NativeConnStats {
   readonly openStreams: number
   /** Streams the peer opened that streamBridge paired and spliced in the addon. */
   readonly bridgedStreams: number
+  /** Streams the peer opened while the connection drained, refused (connDrain). */
+  readonly refusedStreams: number
 }
 
 /**
@@ -195,6 +198,8 @@ export interface NativeQuic {
   connect (address: string, port: number, cred: number, sni: string | null, alpn: Buffer | null, transport: NativeTransport, options: { recvBuffer?: number, sendBuffer?: number }): number
   close (conn: number, app: boolean, code: number, reason: string | Buffer): void
   destroy (conn: number): void
+  /** scope 1 every peer stream, 2 the bridged WebTransport session's; the streams of work open now, -1 when not open. */
+  connDrain (conn: number, scope: 1 | 2, code: number): number
   connInfo (conn: number): NativeConnInfo | undefined
   connStats (conn: number): NativeConnStats | undefined
   peerCertificates (conn: number): Buffer[]

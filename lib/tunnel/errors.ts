@@ -38,8 +38,8 @@ export const QUIC_CLOSE_REASONS = {
   },
   shutdown: {
     reason: 'router shutdown',
-    meaning: 'the router is shutting down (SIGTERM); new tunnels are refused and open ones closed',
-    action: 'none: the Pylon reconnects to another replica',
+    meaning: 'the router is shutting down (SIGTERM): new tunnels are refused; an open tunnel takes no new stream and is closed with this reason once its last stream ended (at --shutdown-drain-timeout-ms at the latest)',
+    action: 'none: the Pylon re-registers and opens its tunnel through another replica',
   },
   trust_replaced: {
     reason: 'upstream trust changed',
@@ -89,12 +89,34 @@ export const WEBTRANSPORT_CLOSE_REASONS = {
 
 export type QuicCloseCode = keyof typeof QUIC_CLOSE_REASONS
 
+/**
+ * The stream error code of a stream refused by a draining tunnel (SPEC §11): raw QUIC sends it
+ * as the application code of STOP_SENDING and RESET_STREAM, WebTransport as the stream's error
+ * code (over HTTP/3 mapped into the WebTransport range of HTTP/3 codes, so the application
+ * reads this number). 32 bits, as WebTransport codes are; "DRN" in ASCII.
+ */
+export const STREAM_REFUSALS = {
+  draining: {
+    code: 0x44524e,
+    meaning: 'the tunnel is draining (the router is shutting down): it takes no new stream from either side; streams opened before run to completion and the tunnel then closes with `router shutdown`. The stream reached nobody',
+    action: 'open it again on another tunnel: the Pylon re-registers through another replica and opens a new tunnel there; retrying is safe, nothing of the stream was delivered',
+  },
+} as const satisfies Record<string, ErrorDoc & { readonly code: number }>
+
 export const QUIC_CLOSE_AREA: CatalogueArea = {
   title: 'Tunnel closes (tunnel port: raw QUIC, WebTransport)',
   where: 'The reason (application error code 0) of the CONNECTION_CLOSE frame or WebTransport close the router sends a Pylon or a stargate; `leg_idle` and `leg_failed` are raw QUIC\'s.',
   table: 'QUIC_CLOSE_REASONS',
   file: 'lib/tunnel/errors.ts',
   rows: catalogueRows(QUIC_CLOSE_REASONS, (e) => `close reason \`${e.reason}\``),
+}
+
+export const STREAM_REFUSAL_AREA: CatalogueArea = {
+  title: 'Streams refused by a draining tunnel (tunnel port)',
+  where: 'The error code of a stream the Pylon or the stargate opens on a tunnel the router drains: raw QUIC STOP_SENDING and RESET_STREAM, WebTransport stream errors (over HTTP/3 mapped into the WebTransport range, over HTTP/2 in WT_STOP_SENDING and WT_RESET_STREAM capsules).',
+  table: 'STREAM_REFUSALS',
+  file: 'lib/tunnel/errors.ts',
+  rows: catalogueRows(STREAM_REFUSALS, (e) => `stream error code \`0x${e.code.toString(16)}\` (${e.code})`),
 }
 
 export const WEBTRANSPORT_CLOSE_AREA: CatalogueArea = {

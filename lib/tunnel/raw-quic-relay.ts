@@ -24,6 +24,11 @@
  * another address), they are closed with 'target stargate left the ready set' after
  * --drain-grace-ms, unless it comes back first, as registrations are. A refused or failed
  * handshake is counted by reason and logged once per reason per minute.
+ *
+ * Relayed tunnels are drainable connections (lib/drain, SPEC §11): a drain makes both legs
+ * refuse new bidirectional streams with STREAM_REFUSALS.draining and stop renewing stream
+ * credit (native/src/drain.c), lets the open streams finish, and closes both legs with the
+ * drain's reason once neither has one left.
  */
 import { X509Certificate } from 'node:crypto'
 import type { TrustBundle } from '../tls/types.ts'
@@ -37,6 +42,11 @@ import type { ClientCredentials } from '../quic/credentials.ts'
 import type { QuicStream, QuicStreamHandler } from '../quic/stream.ts'
 import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './raw-quic-metrics.ts'
 import { fillMessage } from '../error-catalogue.ts'
+import { STREAM_REFUSALS } from './errors.ts'
+import type { ConnectionRegistry, Release } from '../drain/connection-registry.ts'
+import type { ConnectionKind, DrainableConnection } from '../drain/connection-kinds.ts'
+import { tunnelCloseReasonOf, type DrainReason } from '../drain/drain-reasons.ts'
+import type { DrainMetrics } from '../drain/drain-metrics.ts'
 
 /** Close reasons (SPEC §7 wire strings), all with application error code 0: the tunnel port's. */
 export const CLOSE_REASONS = TUNNEL_CLOSE_REASONS
@@ -53,6 +63,9 @@ export interface RawQuicRelayOptions extends TunnelPortRelayOptions {
   /** Transport of both legs (idle timeout, keep-alive). */
   readonly transport: TransportOptions
   readonly metrics: RawQuicMetrics
+  /** Where relayed tunnels are registered to be drained (shutdown, replica balancing); null: nowhere. */
+  readonly connections?: ConnectionRegistry | null
+  readonly drainMetrics?: DrainMetrics | null
 }
 
 type Leg = 'client' | 'upstream'
@@ -77,6 +90,61 @@ interface Tunnel {
   graceTimer: NodeJS.Timeout | null
   /** Bytes of legs already gone (their stats are read while they live). */
   closedBytes: { clientToStargate: number, stargateToClient: number }
+  /** Streams each leg refused while draining, of legs already gone. */
+  refused: { pylon: number, stargate: number }
+  /** Its handle in the connection registry (set once relayed), and how to leave it. */
+  handle: RawQuicTunnelHandle | null
+  release: Release | null
+}
+
+/**
+ * A relayed tunnel as the connection registry sees it (lib/drain): draining refuses new
+ * streams on both legs (native/src/drain.c, code STREAM_REFUSALS.draining), lets the open
+ * ones run to completion, and closes both legs with the reason once neither has one left.
+ */
+class RawQuicTunnelHandle implements DrainableConnection {
+  readonly kind: ConnectionKind = 'raw_quic'
+  readonly openedAt: number
+  readonly relay: RawQuicRelay
+  readonly tunnel: Tunnel
+  reason: DrainReason | null = null
+  /** Legs whose drain waits for their last stream. */
+  readonly busy = new Set<Leg>()
+  #done: Promise<void> | null = null
+  #resolve: (() => void) | null = null
+
+  constructor (relay: RawQuicRelay, tunnel: Tunnel, openedAt: number) {
+    this.relay = relay
+    this.tunnel = tunnel
+    this.openedAt = openedAt
+  }
+
+  drain (reason: DrainReason): Promise<void> {
+    this.#done ??= new Promise((resolve) => {
+      this.#resolve = resolve
+      this.reason = reason
+      this.relay.drainTunnel(this.tunnel)
+    })
+    return this.#done
+  }
+
+  abort (reason: DrainReason): void {
+    this.relay.abortTunnel(this.tunnel, reason)
+  }
+
+  /** The tunnel ended (drained or not). */
+  ended (): void {
+    this.#resolve?.()
+    this.#done ??= Promise.resolve()
+  }
+}
+
+function onLegDrained (this: QuicConnection): void {
+  const tunnel = this.data as Tunnel
+  const handle = tunnel.handle
+  if (handle === null) return
+  handle.busy.delete(this === tunnel.client ? 'client' : 'upstream')
+  handle.relay.settleDrain(tunnel)
 }
 
 /** The leg whose close ended a tunnel, as logged with 'raw quic tunnel closed'. */
@@ -205,6 +273,9 @@ export class RawQuicRelay {
       ended: false,
       graceTimer: null,
       closedBytes: { clientToStargate: 0, stargateToClient: 0 },
+      refused: { pylon: 0, stargate: 0 },
+      handle: null,
+      release: null,
     }
     client.data = tunnel
     client.on('stream', (stream) => { this.#onStream(tunnel, 'client', stream) })
@@ -232,6 +303,11 @@ export class RawQuicRelay {
     metrics.quicRelayConnectionsActive.inc()
     this.#tunnels.add(tunnel)
     this.#drain.follow(tunnel, target)
+    const registry = this.#options.connections ?? null
+    if (registry !== null) {
+      tunnel.handle = new RawQuicTunnelHandle(this, tunnel, registry.now())
+      tunnel.release = registry.add(tunnel.handle)
+    }
     const upstreamCredentials = this.#options.upstreamCredentials()
     tunnel.generation = upstreamCredentials.generation
     const alpn = tunnel.client.alpn
@@ -268,6 +344,49 @@ export class RawQuicRelay {
     const datagrams = tunnel.client.datagrams && upstream.datagrams
     if (datagrams) tunnel.client.bridgeDatagrams(upstream, 'raw')
     this.#options.logger.debug({ target: tunnel.identity, alpn: upstream.alpn, datagrams }, 'raw quic tunnel relaying')
+    // A drain that began while the pod leg was connecting waits for its streams too.
+    if (tunnel.handle?.reason != null) {
+      this.#drainLeg(tunnel, 'upstream')
+      this.settleDrain(tunnel)
+    }
+  }
+
+  /**
+   * @internal (RawQuicTunnelHandle) No new streams on either leg from now on; the tunnel
+   * closes once neither leg has one left. A pod leg still connecting is drained once it is up.
+   */
+  drainTunnel (tunnel: Tunnel): void {
+    if (tunnel.ended) {
+      tunnel.handle?.ended()
+      return
+    }
+    this.#drainLeg(tunnel, 'client')
+    if (tunnel.upstreamReady) this.#drainLeg(tunnel, 'upstream')
+    this.settleDrain(tunnel)
+  }
+
+  #drainLeg (tunnel: Tunnel, leg: Leg): void {
+    const conn = leg === 'client' ? tunnel.client : tunnel.upstream
+    const handle = tunnel.handle
+    if (conn === null || handle === null || conn.draining) return
+    const open = conn.drain(STREAM_REFUSALS.draining.code, 'all')
+    if (open > 0) {
+      handle.busy.add(leg)
+      conn.once('drained', onLegDrained)
+    }
+  }
+
+  /** @internal A leg of a draining tunnel has no stream left: close once both are done. */
+  settleDrain (tunnel: Tunnel): void {
+    const handle = tunnel.handle
+    if (handle === null || handle.reason === null || tunnel.ended) return
+    if (handle.busy.size > 0 || !tunnel.upstreamReady) return
+    this.#closeBoth(tunnel, tunnelCloseReasonOf(handle.reason), 'completed')
+  }
+
+  /** @internal Closes a tunnel now, whatever is open (its drain ran out of time). */
+  abortTunnel (tunnel: Tunnel, reason: DrainReason): void {
+    this.#closeBoth(tunnel, tunnelCloseReasonOf(reason), 'completed')
   }
 
   #onStream (tunnel: Tunnel, from: Leg, stream: QuicStream): void {
@@ -353,8 +472,13 @@ export class RawQuicRelay {
     const conn = leg === 'client' ? tunnel.client : tunnel.upstream
     const stats = conn?.stats() ?? null
     if (stats !== null) {
-      if (leg === 'client') tunnel.closedBytes.clientToStargate += stats.splicedBytes + stats.bridgedBytes
-      else tunnel.closedBytes.stargateToClient += stats.splicedBytes + stats.bridgedBytes
+      if (leg === 'client') {
+        tunnel.closedBytes.clientToStargate += stats.splicedBytes + stats.bridgedBytes
+        tunnel.refused.pylon += stats.refusedStreams
+      } else {
+        tunnel.closedBytes.stargateToClient += stats.splicedBytes + stats.bridgedBytes
+        tunnel.refused.stargate += stats.refusedStreams
+      }
     }
     if (tunnel.ended) return
     if (!this.#tunnels.has(tunnel)) {
@@ -433,15 +557,28 @@ export class RawQuicRelay {
       if (conn === null || conn.closed) continue
       const stats = conn.stats()
       if (stats === null) continue
-      if (conn === tunnel.client) tunnel.closedBytes.clientToStargate += stats.splicedBytes + stats.bridgedBytes
-      else tunnel.closedBytes.stargateToClient += stats.splicedBytes + stats.bridgedBytes
+      if (conn === tunnel.client) {
+        tunnel.closedBytes.clientToStargate += stats.splicedBytes + stats.bridgedBytes
+        tunnel.refused.pylon += stats.refusedStreams
+      } else {
+        tunnel.closedBytes.stargateToClient += stats.splicedBytes + stats.bridgedBytes
+        tunnel.refused.stargate += stats.refusedStreams
+      }
     }
     this.#ended.clientToStargate += tunnel.closedBytes.clientToStargate
     this.#ended.stargateToClient += tunnel.closedBytes.stargateToClient
     const { metrics, logger } = this.#options
     metrics.quicConnections.labels(outcome).inc()
     metrics.quicRelayConnectionsActive.dec()
-    logger.info({ target: tunnel.identity, outcome, reason, ...(first === undefined ? {} : { first }) }, 'raw quic tunnel closed')
+    const refused = this.#options.drainMetrics?.streamsRefused ?? null
+    if (refused !== null) {
+      if (tunnel.refused.pylon > 0) refused.labels('raw_quic', 'pylon').inc(tunnel.refused.pylon)
+      if (tunnel.refused.stargate > 0) refused.labels('raw_quic', 'stargate').inc(tunnel.refused.stargate)
+    }
+    tunnel.release?.()
+    tunnel.handle?.ended()
+    const drained = tunnel.handle?.reason ?? null
+    logger.info({ target: tunnel.identity, outcome, reason, ...(first === undefined ? {} : { first }), ...(drained === null ? {} : { drained, refused: tunnel.refused }) }, 'raw quic tunnel closed')
   }
 }
 

@@ -120,11 +120,10 @@ t.test('a pod that becomes ready again within the grace keeps its streams', asyn
   t.ok(registration.acks.length > acks, 'and still acked')
 })
 
-t.test('shutdown sends GOAWAY, lets open registrations run until the drain deadline, then ends them UNAVAILABLE', async (t) => {
-  // The acks are counted when the stream has ended, not awaited inside the drain window: on a
-  // starved machine (a full run, 2026-12-02) fewer than six 50 ms heartbeats came back within a
-  // 1.5 s drain, the stream then ended as it should, and waiting for more could only time out.
-  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--shutdown-drain-timeout-ms', '3000'] })
+t.test('shutdown ends open registrations at once with UNAVAILABLE, cancels them at the pod, and is done long before the drain timeout', async (t) => {
+  // SPEC §11: Pylons move first. The registration is not held until the deadline (30 s here);
+  // with nothing else open the router is gone as soon as the stream has ended.
+  const pods = await StubPods.start(t, { pods: ['stargate-0'], args: ['--shutdown-drain-timeout-ms', '30000'] })
   const pylon = pods.pylon({ heartbeatMs: 50 })
   pylon.watch()
   const stargate = await waitFor(() => pylon.latest?.stargates[0], { message: 'advertised stargate' }) as StargateInfo
@@ -132,14 +131,13 @@ t.test('shutdown sends GOAWAY, lets open registrations run until the drain deadl
   await waitFor(() => registration.acks.length > 0)
   const started = Date.now()
   const stopped = pods.kube.router.shutdown()
-  const acksAtShutdown = registration.acks.length
   t.equal((await pods.kube.readyz()).status, 503, '/readyz fails at once')
-  const status = await waitFor(() => registration.status, { message: 'the stream to end at the deadline', timeoutMs: 15_000 })
+  const status = await waitFor(() => registration.status, { message: 'the stream to end', timeoutMs: 15_000 })
+  const endedMs = Date.now() - started
   t.equal(status.code, grpc.status.UNAVAILABLE)
   t.equal(status.details, 'router is shutting down')
-  t.ok(Date.now() - started >= 2900, 'not before the drain deadline')
-  // Two acks may have been on their way when shutdown began; more were forwarded during the drain.
-  t.ok(registration.acks.length > acksAtShutdown + 2, `acks kept flowing during the drain (${registration.acks.length - acksAtShutdown} after shutdown began)`)
+  t.ok(endedMs < 5000, `ended at once, not at the 30 s deadline (${endedMs} ms)`)
+  await waitFor(() => pods.stubs.get('stargate-0')?.registrations[0]?.cancelled === true ? true : undefined, { message: 'the upstream stream cancelled at the pod' })
   await stopped
-  t.ok(Date.now() - started < 7500, 'shutdown completes soon after the deadline')
+  t.ok(Date.now() - started < 10_000, `shutdown done in ${Date.now() - started} ms of a 30 s drain timeout`)
 })

@@ -9,6 +9,7 @@
         "src/conn.c",
         "src/stream.c",
         "src/bridge.c",
+        "src/drain.c",
         "src/frames.c",
         "src/initial.c",
         "src/tls.c",

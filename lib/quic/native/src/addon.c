@@ -29,6 +29,7 @@
  *                       (not for the streams streamBridge splices itself)
  *    13 ENDPOINT_ERROR  conn = endpoint id, a = errno
  *    14 PENDING_EXPIRED conn = pending id: no decision in time, dropped
+ *    15 DRAINED         a draining connection (connDrain) has no stream of work left
  *
  * credServer(certPem, keyPem, clientCaPem | null) -> id      (client CA: client certificates required)
  * credClient(caPem | null, verify, certPem | null, keyPem | null) -> id
@@ -50,9 +51,15 @@
  *   options: {recvBuffer, sendBuffer}; the connection gets its own connected UDP socket
  * close(conn, app, code, reason)            CONNECTION_CLOSE, then the closing period
  * destroy(conn)                             forget it now, tell nobody
+ * connDrain(conn, scope, code) -> streams of work open now (-1: not open)
+ *   no new peer streams from now on (drain.c): scope 1 every stream the peer opens, 2 the
+ *   WebTransport streams of the bridged session; each is refused with STOP_SENDING (and
+ *   RESET_STREAM when bidirectional) carrying code, and the peer's stream credit is no longer
+ *   renewed. Open streams go on; DRAINED follows when the last one is gone (not when this
+ *   returns 0). A second call only reports
  * connInfo(conn) -> {alpn, sni, datagrams, established, remoteAddress, remotePort, localPort}
  * connStats(conn) -> {rttUs, cwnd, bytesInFlight, txBytes, rxBytes, txPackets, rxPackets, splicedBytes, bridgedBytes,
- *                    datagramsDropped, openStreams, bridgedStreams}
+ *                    datagramsDropped, openStreams, bridgedStreams, refusedStreams}
  * peerCertificates(conn) -> Buffer[]        DER, leaf first
  * streamOpen(conn, bidi) -> stream id, or -1 when the peer's limit is reached (STREAMS_AVAILABLE follows)
  * streamRead(conn, stream, max) -> Buffer (bytes consumed; credit returned to the peer), or
@@ -619,6 +626,17 @@ static napi_value js_destroy(napi_env env, napi_callback_info info) {
   return undefined(env);
 }
 
+static napi_value js_conn_drain(napi_env env, napi_callback_info info) {
+  qengine *eng = engine_of(env);
+  napi_value argv[3];
+  get_args(env, info, 3, argv);
+  qconn *c = conn_arg(env, eng, argv[0]);
+  if (c == NULL) return num(env, -1);
+  int work = drain_begin(c, (int)get_num(env, argv[1], 0), (uint64_t)get_num(env, argv[2], 0));
+  engine_kick(eng);
+  return num(env, work);
+}
+
 static napi_value js_conn_info(napi_env env, napi_callback_info info) {
   qengine *eng = engine_of(env);
   napi_value argv[1];
@@ -675,6 +693,7 @@ static napi_value js_conn_stats(napi_env env, napi_callback_info info) {
   SET("datagramsDropped", c->dgram_dropped + c->dgram_unmapped);
   SET("openStreams", c->streams.used);
   SET("bridgedStreams", c->bridged_streams);
+  SET("refusedStreams", c->refused_streams);
   return o;
 }
 
@@ -923,6 +942,7 @@ NAPI_MODULE_INIT() {
       METHOD("connect", js_connect),
       METHOD("close", js_close),
       METHOD("destroy", js_destroy),
+      METHOD("connDrain", js_conn_drain),
       METHOD("connInfo", js_conn_info),
       METHOD("connStats", js_conn_stats),
       METHOD("peerCertificates", js_peer_certificates),

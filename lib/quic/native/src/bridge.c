@@ -201,6 +201,8 @@ void bridge_on_data(qstream *s) {
     hand_to_js(s);
     return;
   }
+  /* The session is draining: a new stream of it is refused (drain.c), not paired. */
+  if (drain_refuses_wt(s)) return;
   s->bhdr = l1 + l2;
   s->bstate = BSTATE_WAITING;
   bridge_or_queue(s);

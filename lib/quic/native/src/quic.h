@@ -97,7 +97,8 @@ enum qevent_type {
   EV_DATAGRAM = 11,       /* conn; obj Buffer */
   EV_SPLICE_DONE = 12,    /* conn, stream (the A side), a = bytes A->B, b = bytes B->A */
   EV_ENDPOINT_ERROR = 13, /* conn = endpoint id, a = errno */
-  EV_PENDING_EXPIRED = 14 /* conn = pending id: TypeScript never decided */
+  EV_PENDING_EXPIRED = 14, /* conn = pending id: TypeScript never decided */
+  EV_DRAINED = 15         /* conn: a draining connection has no stream of work left (drain.c) */
 };
 
 /* EV_CLOSED kinds */
@@ -194,6 +195,8 @@ struct qstream {
   size_t bhdr;             /* WebTransport: header bytes to drop when spliced (the partner gets its own) */
   qstream *bnext;          /* the connection's queue of streams waiting for the partner leg's credit */
   int auto_bridged;        /* spliced by the bridge: SPLICE_DONE is not reported */
+  /* drain (drain.c): a peer stream opened while the connection drains */
+  int refused;             /* refused: never TypeScript's, not work to wait for */
 };
 
 /* ---- connections (conn.c) ---- */
@@ -278,6 +281,13 @@ struct qconn {
   qstream *bq_head, *bq_tail; /* our peer's streams waiting for the partner leg's stream credit */
   qmap bridge_ahead;       /* raw: our peer's stream id -> twin opened ahead on the partner (reordering) */
   uint64_t bridged_streams; /* streams our peer opened that the bridge spliced */
+  /* drain (drain.c) */
+  int drain_scope;         /* DRAIN_NONE, DRAIN_ALL, DRAIN_WT */
+  uint64_t drain_code;     /* the application code refusals carry */
+  int64_t peer_max[2];     /* highest stream id the peer opened so far: [bidi, uni] (-1: none) */
+  int64_t drain_max[2];    /* peer_max when the drain began: ids up to these are served */
+  uint64_t refused_streams; /* peer streams refused while draining */
+  int drain_idle_sent;     /* EV_DRAINED emitted (or nothing was open when the drain began) */
   /* stats */
   uint64_t rx_bytes, tx_bytes, rx_pkts, tx_pkts;
 };
@@ -554,6 +564,7 @@ void stream_conn_gone(qstream *s);
 void stream_maybe_free(qstream *s);
 void stream_credit(qstream *s, uint64_t n);
 int stream_open_local(qconn *c, int bidi, qstream **out);
+void stream_refuse(qstream *s, uint64_t code);
 
 /* bridge.c */
 enum { BRIDGE_OFF = 0, BRIDGE_RAW = 1, BRIDGE_WT = 2 };
@@ -564,5 +575,18 @@ void bridge_on_data(qstream *s);
 void bridge_on_signal(qstream *s);
 void bridge_on_credit(qconn *c);
 void bridge_forget(qstream *s);
+
+/* drain.c */
+enum { DRAIN_NONE = 0, DRAIN_ALL = 1, DRAIN_WT = 2 };
+/* Starts draining (once; a later call only reports): the streams of work open now, -1 when
+   the connection is not open or the scope is unknown. */
+int drain_begin(qconn *c, int scope, uint64_t code);
+size_t drain_work(qconn *c);
+/* A stream the peer opened (stream_open callback): 1 when it was refused. */
+int drain_on_open(qstream *s);
+/* A WebTransport stream of the bridged session whose header is in: 1 when it was refused. */
+int drain_refuses_wt(qstream *s);
+/* A stream of c was freed: EV_DRAINED once no work is left. */
+void drain_after_free(qconn *c);
 
 #endif

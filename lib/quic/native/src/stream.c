@@ -303,6 +303,7 @@ void stream_free(qstream *s) {
   qmap_del_u64(&c->streams, (uint64_t)s->id);
   c->eng->live_streams--;
   free(s);
+  drain_after_free(c);
 }
 
 /* A stream whose ngtcp2 state is gone is freed once TypeScript has nothing left to read from it:
@@ -311,10 +312,10 @@ void stream_free(qstream *s) {
    own would otherwise be lost between the READABLE event and TypeScript's read). */
 void stream_maybe_free(qstream *s) {
   if (!s->ng_closed) return;
-  if (s->mode == SMODE_JS && (s->rx.acked < s->rx.end || (s->rx_fin && !s->rx_fin_read && !s->rx_closed && !s->rx_reset))) return;
+  if (s->mode == SMODE_JS && !s->refused && (s->rx.acked < s->rx.end || (s->rx_fin && !s->rx_fin_read && !s->rx_closed && !s->rx_reset))) return;
   qconn *c = s->conn;
   int64_t id = s->id;
-  int js = s->mode == SMODE_JS && s->bstate == BSTATE_NONE;
+  int js = s->mode == SMODE_JS && s->bstate == BSTATE_NONE && !s->refused;
   stream_free(s);
   if (js) engine_emit(c->eng, EV_STREAM_CLOSED, c->id, id, 0, 0, NULL, 0);
 }
@@ -361,7 +362,7 @@ int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) 
     if (len > 0 || fin) stream_enqueue(p);
     return 0;
   }
-  if (s->rx_closed || s->rx_reset) {
+  if (s->rx_closed || s->rx_reset || s->refused) {
     credit(s, len);
     return 0;
   }
@@ -409,8 +410,12 @@ void stream_on_reset(qstream *s, uint64_t code) {
     if (s->peer != NULL) queue_reset(s->peer, code);
     return;
   }
-  bridge_on_signal(s);
   /* Bytes not yet read are abandoned with the stream (RFC 9000 §3.2: "reset recvd"). */
+  if (s->refused) {
+    chain_free(&s->rx, s->conn->eng);
+    return;
+  }
+  bridge_on_signal(s);
   chain_free(&s->rx, s->conn->eng);
   /* One waiting for a partner passes the reset on when spliced (stream_splice). */
   if (s->bstate != BSTATE_NONE) return;
@@ -426,6 +431,7 @@ void stream_on_stop(qstream *s, uint64_t code) {
     if (s->peer != NULL) queue_stop(s->peer, code);
     return;
   }
+  if (s->refused) return;
   bridge_on_signal(s);
   if (s->bstate != BSTATE_NONE) return;
   engine_emit(s->conn->eng, EV_STREAM_STOP, s->conn->id, s->id, (double)code, 0, NULL, 0);
@@ -479,6 +485,20 @@ ssize_t stream_js_write(qstream *s, const uint8_t *data, size_t len, int fin) {
 
 void stream_reset(qstream *s, uint64_t code) {
   queue_reset(s, code);
+  stream_dequeue(s);
+}
+
+/* A peer stream the connection takes no more of (drain.c), from inside an ngtcp2 callback:
+   STOP_SENDING and, on a bidi stream, RESET_STREAM with code. Bytes already taken into its
+   chain (a WebTransport header) are credited back; ngtcp2 drops and credits what follows. It is
+   freed when ngtcp2 closes it (our RESET_STREAM acknowledged). */
+void stream_refuse(qstream *s, uint64_t code) {
+  uint64_t unread = s->rx.end - s->rx.acked;
+  if (unread > 0 && !s->rx_reset) credit(s, unread);
+  chain_free(&s->rx, s->conn->eng);
+  s->rx_notified = 0;
+  queue_stop(s, code);
+  if (ngtcp2_is_bidi_stream(s->id)) queue_reset(s, code);
   stream_dequeue(s);
 }
 
