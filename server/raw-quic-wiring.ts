@@ -121,7 +121,7 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     udp,
     tcp: null,
     stopAccepting: () => { relay.stopAccepting() },
-    pylonLoad: () => ({ raw_quic: relay.active, webtransport: 0 }),
+    webtransportSessions: () => 0,
     close: () => {
       closing ??= (async () => {
         relay.stopAccepting()

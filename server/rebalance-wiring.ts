@@ -1,8 +1,8 @@
 /**
  * Replica balancing (SPEC §10) for the composition root: the `/debug/load` route, served
  * whatever the flags (it costs a walk over the live connections when asked, nothing else), and
- * with --rebalance the loop that reads the peers' loads and moves connections. Off means no
- * timer, no peer reads and no mover.
+ * with --rebalance the loop that reads the peers' loads and moves connections through the
+ * drain registry. Off means no timer, no peer reads and no moves.
  */
 import type { Config } from '../lib/config/config.ts'
 import type { Logger } from '../lib/log.ts'
@@ -18,8 +18,8 @@ export interface RebalanceContext {
   /** Null when peer discovery is off (then --rebalance is refused at start-up). */
   readonly peers: RunningPeers | null
   readonly load: PylonLoadSource
-  /** Null until connections can be moved one at a time: the loop then only reports. */
-  readonly mover: ConnectionMover | null
+  /** The connections, oldest first, and how to move one (the drain registry). */
+  readonly mover: ConnectionMover
   /** Whether this replica is shutting down (its load is leaving). */
   readonly draining: () => boolean
   readonly metrics: RebalanceMetrics
@@ -32,8 +32,6 @@ export interface RunningRebalance {
   close (): Promise<void>
 }
 
-const NO_MOVES: ConnectionMover = { movable: () => [] }
-
 export function startRebalance (context: RebalanceContext): RunningRebalance {
   const { config, peers, load, metrics, logger } = context
   const self = peerSelfOf(config)
@@ -43,12 +41,11 @@ export function startRebalance (context: RebalanceContext): RunningRebalance {
   if (config.rebalance && peers !== null) {
     const fetcher = createPeerLoadFetcher({ timeoutMs: config.peerCheckTimeoutMs })
     closeFetcher = () => fetcher.close()
-    if (context.mover === null) logger.warn('rebalancing: connections cannot be moved one at a time in this build; the loop reports the load and moves nothing')
     rebalancer = new Rebalancer({
       peers: peers.peers,
       load,
       fetchLoad: fetcher.fetch,
-      mover: context.mover ?? NO_MOVES,
+      mover: context.mover,
       tolerance: config.rebalanceTolerance,
       intervalMs: config.rebalanceIntervalMs,
       maxMovesPerInterval: config.rebalanceMaxMovesPerInterval,

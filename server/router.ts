@@ -22,7 +22,7 @@ import { startPeers } from './peers-wiring.ts'
 import { startRebalance } from './rebalance-wiring.ts'
 import { startTunnel } from './tunnels.ts'
 import type { RunningTunnel } from './tunnel-types.ts'
-import type { PylonLoad } from '../lib/rebalance/load.ts'
+import { registryLoadSource, registryMover } from '../lib/rebalance/registry-adapter.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { HttpForwarder } from '../lib/http-forward/forwarder.ts'
@@ -240,14 +240,16 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     onDrainRefused: () => { metrics.drain.streamsRefused.labels('registration', 'pylon').inc() },
   })
   tls.attach(frontDoor.listener, upstreamPool, httpPods)
-  // Replica balancing (SPEC §10): /debug/load always; the loop only with --rebalance. The
-  // tunnels start below: until then they hold nothing.
-  let tunnelLoad: () => Pick<PylonLoad, 'raw_quic' | 'webtransport'> = () => ({ raw_quic: 0, webtransport: 0 })
+  // Replica balancing (SPEC §10): /debug/load always; the loop only with --rebalance. The load
+  // and the moves go through the connection registry. WebTransport sessions are not registered
+  // there yet: until they are, the relays count them (the tunnels start below) and none moves.
+  let webtransportSessions: () => number = () => 0
+  const registryLoad = registryLoadSource(connections)
   const rebalance = startRebalance({
     config,
     peers,
-    load: { load: () => ({ registration: registrations.connections(), ...tunnelLoad() }) },
-    mover: null,
+    load: { load: () => ({ ...registryLoad.load(), webtransport: webtransportSessions() }) },
+    mover: registryMover(connections),
     draining: () => readiness.draining,
     metrics,
     logger,
@@ -271,7 +273,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   const frontDoorAddress = await frontDoor.listen()
   const runningTunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger, connections })
   closers.push('tunnels', () => runningTunnel.close())
-  tunnelLoad = () => runningTunnel.pylonLoad()
+  webtransportSessions = () => runningTunnel.webtransportSessions()
   hub = new WatchStargatesHub({
     snapshot: store,
     template,

@@ -10,7 +10,6 @@ import type { HostnameTemplate } from '../lib/routing/hostname-template.ts'
 import type { TlsMaterialManager } from '../lib/tls/manager.ts'
 import type { RouterMetrics } from '../lib/metrics/metrics.ts'
 import type { Logger } from '../lib/log.ts'
-import type { PylonLoad } from '../lib/rebalance/load.ts'
 import type { ConnectionRegistry } from '../lib/drain/connection-registry.ts'
 
 export interface TunnelContext {
@@ -33,6 +32,6 @@ export interface RunningTunnel {
   stopAccepting (): void
   /** Closes every tunnel still open with reason `router shutdown` and stops listening. Idempotent. */
   close (): Promise<void>
-  /** Pylon tunnels open now, by kind (replica balancing's load; the other protocol is 0). */
-  pylonLoad (): Pick<PylonLoad, 'raw_quic' | 'webtransport'>
+  /** WebTransport sessions open now, over HTTP/3 and HTTP/2 (replica balancing's load; 0 for raw QUIC). */
+  webtransportSessions (): number
 }

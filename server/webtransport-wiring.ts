@@ -167,7 +167,7 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
       h3.stopAccepting()
     },
     // HTTP/3 carries one session per connection; over HTTP/2 the bridged sessions count.
-    pylonLoad: () => ({ raw_quic: 0, webtransport: h3.tunnels + relay.activeSessions }),
+    webtransportSessions: () => h3.tunnels + relay.activeSessions,
     close: () => {
       closing ??= Promise.all([relay.close(H3_CLOSE_REASONS.shutdown), h3.close(H3_CLOSE_REASONS.shutdown)]).then(() => { quicUpstream.dispose() })
       return closing

@@ -237,13 +237,6 @@ export class RegistrationForwarder {
     return n
   }
 
-  /** Pylon HTTP/2 connections carrying at least one open registration stream (replica balancing's load). */
-  connections (): number {
-    const sessions = new Set<unknown>()
-    for (const set of this.#byIdentity.values()) for (const splice of set) sessions.add(splice.down.session)
-    return sessions.size
-  }
-
   handle (down: Down, headers: IncomingHttpHeaders, rawHeaders: readonly string[]): void {
     const { metrics } = this.#options
     metrics.registrationStreamsOpened.inc()
