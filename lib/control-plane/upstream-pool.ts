@@ -190,7 +190,10 @@ export class UpstreamPool {
 
   /**
    * Shutdown: no new sessions; close the existing ones after their streams end or graceMs.
-   * Resolves once every session is gone. Idempotent: a second call waits for the first.
+   * Resolves once every session with streams is gone; a session without any has been told
+   * GOAWAY and is not waited for (Node's graceful close then waits for the pod to close its
+   * side of the TCP connection, which only delays the router's exit by the pod's load).
+   * Idempotent: a second call waits for the first.
    */
   close (graceMs: number): Promise<void> {
     this.#closing ??= this.#close(graceMs)
@@ -203,7 +206,7 @@ export class UpstreamPool {
     const gone: Array<Promise<void>> = []
     for (const list of this.#sessions.values()) {
       // A session leaves the map on its 'close' (#forget), so every one here has yet to emit it.
-      for (const pooled of list) gone.push(new Promise((resolve) => { pooled.session.once('close', resolve) }))
+      for (const pooled of list) if (pooled.active > 0) gone.push(new Promise((resolve) => { pooled.session.once('close', resolve) }))
     }
     for (const list of this.#sessions.values()) for (const pooled of list) closeGracefully(pooled.session, graceMs)
     await Promise.all(gone)

@@ -386,6 +386,10 @@ export class RawQuicRelay {
 
   /** @internal Closes a tunnel now, whatever is open (its drain ran out of time). */
   abortTunnel (tunnel: Tunnel, reason: DrainReason): void {
+    if (tunnel.ended) return
+    // What the drain was still waiting for, for the log line (its deadline ran out).
+    const open = { pylon: tunnel.client.stats()?.openStreams ?? 0, stargate: tunnel.upstream?.stats()?.openStreams ?? 0 }
+    this.#options.logger.warn({ target: tunnel.identity, open, waiting: [...(tunnel.handle?.busy ?? [])] }, 'raw quic tunnel: streams still open when its drain ran out of time')
     this.#closeBoth(tunnel, tunnelCloseReasonOf(reason), 'completed')
   }
 

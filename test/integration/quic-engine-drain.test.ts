@@ -147,3 +147,21 @@ t.test('a stream id below the highest one seen before the drain (a late, reorder
   t.equal((await readToEnd(atServer)).data.toString(), 'stream 0, late', 'served, not refused')
   t.equal(server.stats()?.refusedStreams, 0)
 })
+
+t.test('a peer\'s unidirectional stream read to its end is no work, though ngtcp2 0.12 never closes it', async (t) => {
+  // ngtcp2 0.12.1 keeps a stream the peer opened unidirectionally until the connection ends
+  // (it waits for a FIN of ours on a receive-only stream): without this rule a drain with
+  // such a stream open would never report.
+  const { client, server, serverStreams } = await pair(t, '127.0.82.6')
+  const uni = client.openStream(false)
+  if (uni === null) throw new Error('no stream')
+  t.ok(uni.write(Buffer.from('first part, ')) > 0)
+  const atServer = await waitFor(() => serverStreams[0])
+  t.equal(server.drain(CODE, 'all'), 1, 'the uni stream is open work')
+  const reported = drained(server)
+  const read = readToEnd(atServer)
+  t.ok(uni.end(Buffer.from('last part')))
+  t.equal((await read).data.toString(), 'first part, last part')
+  await reported
+  t.equal(server.stats()?.openStreams, 1, 'the engine still holds the stream (ngtcp2 0.12 never closes it)')
+})

@@ -750,7 +750,9 @@ static napi_value js_stream_read(napi_env env, napi_callback_info info) {
     if (s->rx_fin) {
       s->rx_notified = 0;
       s->rx_fin_read = 1;
+      qconn *owner = s->conn;
       stream_maybe_free(s);
+      if (owner->drain_scope != DRAIN_NONE) drain_settle(owner);
       return num(env, 1);
     }
     s->rx_notified = 0;

@@ -27,8 +27,9 @@
  *
  * Work (what the drain waits for): DRAIN_ALL every stream of the connection that is not
  * refused; DRAIN_WT the spliced streams and those waiting in the bridge for the partner's
- * credit. It is counted by walking the connection's streams when one is freed, only while
- * draining (the map is bounded by the stream limits).
+ * credit. It is counted by walking the connection's streams when one is freed or a peer's
+ * unidirectional stream has been read to its end, only while draining (the map is bounded by
+ * the stream limits).
  */
 #include "quic.h"
 
@@ -36,8 +37,19 @@ static int kind_of(int64_t id) {
   return ngtcp2_is_bidi_stream(id) ? 0 : 1;
 }
 
+/* Every byte the peer sent on the stream was taken (or it was reset or stopped). */
+static int read_done(const qstream *s) {
+  if (s->rx_reset || s->rx_closed) return 1;
+  if (s->mode == SMODE_SPLICE) return s->splice_read_done;
+  return s->rx_fin && s->rx.acked == s->rx.end;
+}
+
 static int is_work(const qconn *c, const qstream *s) {
   if (s->refused) return 0;
+  /* ngtcp2 0.12.1 never closes a stream the peer opened unidirectionally: its close condition
+     waits for a FIN of ours to be acknowledged, which a receive-only stream never sends, so the
+     stream stays until the connection ends. Once its read side is finished it is no work. */
+  if (!ngtcp2_is_bidi_stream(s->id) && !ngtcp2_conn_is_local_stream(c->conn, s->id) && read_done(s)) return 0;
   if (c->drain_scope == DRAIN_ALL) return 1;
   return s->mode == SMODE_SPLICE || s->bstate == BSTATE_WAITING;
 }
@@ -93,7 +105,7 @@ int drain_refuses_wt(qstream *s) {
   return 1;
 }
 
-void drain_after_free(qconn *c) {
+void drain_settle(qconn *c) {
   if (c->drain_scope == DRAIN_NONE || c->drain_idle_sent || c->state != CSTATE_OPEN) return;
   if (drain_work(c) > 0) return;
   c->drain_idle_sent = 1;

@@ -586,7 +586,7 @@ size_t drain_work(qconn *c);
 int drain_on_open(qstream *s);
 /* A WebTransport stream of the bridged session whose header is in: 1 when it was refused. */
 int drain_refuses_wt(qstream *s);
-/* A stream of c was freed: EV_DRAINED once no work is left. */
-void drain_after_free(qconn *c);
+/* A stream of c was freed or read to its end: EV_DRAINED once no work is left. */
+void drain_settle(qconn *c);
 
 #endif

@@ -303,7 +303,7 @@ void stream_free(qstream *s) {
   qmap_del_u64(&c->streams, (uint64_t)s->id);
   c->eng->live_streams--;
   free(s);
-  drain_after_free(c);
+  if (c->drain_scope != DRAIN_NONE) drain_settle(c);
 }
 
 /* A stream whose ngtcp2 state is gone is freed once TypeScript has nothing left to read from it:
@@ -358,6 +358,7 @@ int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) 
     if (fin) {
       p->tx_fin = 1;
       s->splice_read_done = 1;
+      if (s->conn->drain_scope != DRAIN_NONE) drain_settle(s->conn);
     }
     if (len > 0 || fin) stream_enqueue(p);
     return 0;
@@ -405,6 +406,7 @@ void stream_on_acked(qstream *s, uint64_t offset, uint64_t len) {
 void stream_on_reset(qstream *s, uint64_t code) {
   s->rx_reset = 1;
   s->rx_reset_code = code;
+  if (s->conn->drain_scope != DRAIN_NONE) drain_settle(s->conn);
   if (s->mode == SMODE_SPLICE) {
     s->splice_read_done = 1;
     if (s->peer != NULL) queue_reset(s->peer, code);
@@ -503,10 +505,12 @@ void stream_refuse(qstream *s, uint64_t code) {
 }
 
 void stream_stop_sending(qstream *s, uint64_t code) {
+  qconn *c = s->conn;
   queue_stop(s, code);
-  chain_free(&s->rx, s->conn->eng);
+  chain_free(&s->rx, c->eng);
   s->rx_notified = 0;
   stream_maybe_free(s);
+  if (c->drain_scope != DRAIN_NONE) drain_settle(c);
 }
 
 /* ---- splice ---- */
