@@ -58,17 +58,19 @@ async function runOnce (run: number): Promise<RunResult> {
     const moves = await cluster.moves()
     // Before the baseline: a Pylon closing its own tunnel fails what is in flight on it.
     const failures = cluster.prober.failures.length
-    // The baseline gap: Pylons closing their own tunnels, a few seconds apart from each other.
+    // The baseline gap: Pylons closing their own tunnels, 150 ms apart from each other.
+    const bounceStart = Date.now()
+    const bounced = new Set<string>()
     for (const pylon of fleet.pylons.slice(0, BOUNCED)) {
-      pylon.bounceTunnel(BOUNCE_REASON)
+      if (pylon.bounceTunnel(BOUNCE_REASON)) bounced.add(pylon.id)
       await new Promise((resolve) => { setTimeout(resolve, 150) })
     }
-    await waitFor(() => cluster.prober.gaps.filter((g) => g.reason === BOUNCE_REASON).length >= BOUNCED, { timeoutMs: 30_000, message: 'the re-dialled tunnels answered' })
-    const gaps = cluster.prober.gaps
+    const redials = (): number[] => cluster.prober.gaps.filter((g) => g.at > bounceStart && bounced.has(g.pylon)).map((g) => g.ms)
+    await waitFor(() => redials().length >= bounced.size, { timeoutMs: 30_000, message: 'the re-dialled tunnels answered' })
     return {
       balancedMs,
-      movedGaps: gaps.filter((g) => g.reason === QUIC_CLOSE_REASONS.rebalancing.reason).map((g) => g.ms),
-      redialGaps: gaps.filter((g) => g.reason === BOUNCE_REASON).map((g) => g.ms),
+      movedGaps: cluster.prober.gaps.filter((g) => g.at <= bounceStart && g.reason === QUIC_CLOSE_REASONS.rebalancing.reason).map((g) => g.ms),
+      redialGaps: redials(),
       moves: { registration: moves.registration, raw_quic: moves.raw_quic },
       failures,
       unsent: cluster.prober.refused + cluster.prober.unsentAtClose,
