@@ -128,6 +128,8 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
     metrics,
     handshakeFailures: context.metrics.quic.quicHandshakeFailures,
     logger,
+    connections: context.connections,
+    drainMetrics: context.metrics.drain,
   })
   tls.onChange((changed, _previous, next) => {
     if (changed !== 'client_trust' || next.clientTrust === null) return

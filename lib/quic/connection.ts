@@ -157,7 +157,8 @@ export class QuicConnection extends EventEmitter<QuicConnectionEvents> implement
    * stream it opens, 'webtransport' only new WebTransport streams of the session bridged with
    * bridgeStreams; each gets STOP_SENDING (and RESET_STREAM when bidirectional) with code, and
    * the peer's stream credit stops growing. Open streams go on. Returns the streams of work
-   * open now; above 0, 'drained' follows once the last is gone. -1 when not open.
+   * open now; above 0, 'drained' follows once the last is gone. -1 when not open. A later call
+   * (after splicing a stream held in TypeScript, say) keeps the scope and code and re-arms it.
    */
   drain (code: number, scope: 'all' | 'webtransport' = 'all'): number {
     if (this.#closeInfo !== null) return -1

@@ -121,6 +121,8 @@ export interface NativeConnStats {
   readonly bridgedStreams: number
   /** Streams the peer opened while the connection drained, refused (connDrain). */
   readonly refusedStreams: number
+  /** The highest bidirectional stream id the peer has opened, -1 for none. */
+  readonly peerMaxBidiStream: number
 }
 
 /**

@@ -13,7 +13,8 @@
  * dials and the tunnels verified under an older one (closed, `trust_replaced`), client
  * certificates that no longer verify after a client-trust change, tunnels to pods that left the
  * ready set (closed after --drain-grace-ms with `target stargate left the ready set`), and
- * shutdown (`router shutdown` on every session, then the connections).
+ * shutdown (`router shutdown` on every session, then the connections). Each tunnel is a
+ * drainable connection of the registry (lib/drain; the tunnel's beginDrain).
  */
 import { X509Certificate } from 'node:crypto'
 import type { QuicConnection } from '../quic/connection.ts'
@@ -30,6 +31,11 @@ import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRel
 import { REJECTIONS, type RejectionCode } from './webtransport-connect.ts'
 import type { WebTransportMetrics } from './webtransport-metrics.ts'
 import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './webtransport-h3-tunnel.ts'
+import type { ConnectionRegistry, Release } from '../drain/connection-registry.ts'
+import type { ConnectionKind, DrainableConnection } from '../drain/connection-kinds.ts'
+import { tunnelCloseReasonOf, type DrainReason } from '../drain/drain-reasons.ts'
+import type { DrainMetrics } from '../drain/drain-metrics.ts'
+import type { Logger } from '../log.ts'
 
 /** The tunnel port's close reasons: a Pylon reads the same in either mode of the port. */
 export const H3_CLOSE_REASONS = TUNNEL_CLOSE_REASONS
@@ -62,6 +68,49 @@ export interface WebTransportH3RelayOptions extends TunnelPortRelayOptions {
   readonly metrics: WebTransportMetrics
   /** The tunnel port's QUIC handshake failures, counted as for raw QUIC (issue 15). */
   readonly handshakeFailures?: RawQuicMetrics['quicHandshakeFailures'] | null
+  /** Where tunnels are registered to be drained (shutdown, replica balancing); null: nowhere. */
+  readonly connections?: ConnectionRegistry | null
+  readonly drainMetrics?: DrainMetrics | null
+}
+
+/** A tunnel as the connection registry sees it: drain() is the tunnel's beginDrain, done when its Pylon connection is gone. */
+class H3TunnelHandle implements DrainableConnection {
+  readonly kind: ConnectionKind = 'webtransport_h3'
+  readonly openedAt: number
+  readonly tunnel: WebTransportH3Tunnel
+  release: Release | null = null
+  #done: Promise<void> | null = null
+  #resolve: (() => void) | null = null
+  #gone = false
+  readonly #logger: Logger
+
+  constructor (tunnel: WebTransportH3Tunnel, openedAt: number, logger: Logger) {
+    this.tunnel = tunnel
+    this.openedAt = openedAt
+    this.#logger = logger
+  }
+
+  drain (reason: DrainReason): Promise<void> {
+    if (this.#done !== null) return this.#done
+    if (this.#gone) return (this.#done = Promise.resolve())
+    this.#done = new Promise((resolve) => { this.#resolve = resolve })
+    this.tunnel.beginDrain(reason)
+    return this.#done
+  }
+
+  abort (reason: DrainReason): void {
+    if (this.#gone) return
+    // The connections' streams, H3 control and QPACK streams included, as the drain gave up.
+    const open = { pylon: this.tunnel.down.quic.stats()?.openStreams ?? 0, stargate: this.tunnel.up?.quic.stats()?.openStreams ?? 0 }
+    this.#logger.warn({ target: this.tunnel.target.identity, open, state: this.tunnel.state }, 'webtransport http/3 session: streams still open when its drain ran out of time')
+    this.tunnel.destroy(tunnelCloseReasonOf(reason))
+  }
+
+  gone (): void {
+    this.#gone = true
+    this.release?.()
+    this.#resolve?.()
+  }
 }
 
 export class WebTransportH3Relay implements TunnelHost {
@@ -79,6 +128,7 @@ export class WebTransportH3Relay implements TunnelHost {
   #accepting = true
   #closing: Promise<void> | null = null
   readonly #failures: HandshakeFailureLog
+  readonly #handles = new Map<WebTransportH3Tunnel, H3TunnelHandle>()
 
   constructor (options: WebTransportH3RelayOptions) {
     this.#options = options
@@ -222,6 +272,10 @@ export class WebTransportH3Relay implements TunnelHost {
     this.#options.logger.debug({ target: tunnel.target.identity, end, detail, seconds: Math.round((Date.now() - tunnel.startedAt) / 1000) }, 'webtransport http/3 session ended')
   }
 
+  onDrainRefused (_tunnel: WebTransportH3Tunnel, side: 'pylon' | 'stargate', count: number): void {
+    this.#options.drainMetrics?.streamsRefused.labels('webtransport_h3', side).inc(count)
+  }
+
   onHandshakeFailed (tunnel: WebTransportH3Tunnel, leg: 'downstream' | 'upstream', info: QuicCloseInfo): void {
     if (leg === 'downstream') this.#failures.closed('pylon', info, { remote: tunnel.down.quic.remoteAddress, sni: tunnel.serverName, alpn: ['h3'] })
     else this.#failures.closed('pod', info, { target: tunnel.target.identity, sni: tunnel.serverName, alpn: ['h3'] })
@@ -261,11 +315,19 @@ export class WebTransportH3Relay implements TunnelHost {
     const tunnel = new WebTransportH3Tunnel(quic, route.target, (proposal.sni ?? '').toLowerCase(), this)
     this.#tunnels.add(tunnel)
     this.#drain?.follow(tunnel, route.target)
+    const registry = this.#options.connections ?? null
+    if (registry !== null) {
+      const handle = new H3TunnelHandle(tunnel, registry.now(), this.#options.logger)
+      this.#handles.set(tunnel, handle)
+      handle.release = registry.add(handle)
+    }
     quic.once('close', () => { this.#onTunnelGone(tunnel) })
   }
 
   #onTunnelGone (tunnel: WebTransportH3Tunnel): void {
     if (!this.#tunnels.delete(tunnel)) return
+    this.#handles.get(tunnel)?.gone()
+    this.#handles.delete(tunnel)
     const timer = this.#graceTimers.get(tunnel)
     if (timer !== undefined) {
       clearTimeout(timer)

@@ -32,6 +32,12 @@ import { QuicH3Connection, type H3Event, type QuicH3Handler, type QuicH3Options 
 import type { PodTarget } from '../discovery/types.ts'
 import { REJECTIONS, checkConnectHead, downstreamH3Fields, upstreamH3Fields, type RejectionCode } from './webtransport-connect.ts'
 import type { WebTransportOutcome } from './webtransport-metrics.ts'
+import { webTransportCodeToHttp3 } from '../quic/h3/errors.ts'
+import { STREAM_REFUSALS } from './errors.ts'
+import { tunnelCloseReasonOf, type DrainReason } from '../drain/drain-reasons.ts'
+
+/** The stream error a draining session refuses a new stream with: the catalogue's code, as WebTransport carries it. */
+const DRAIN_REFUSAL = webTransportCodeToHttp3(STREAM_REFUSALS.draining.code)
 
 /** Longest wait for the last bytes (a close capsule, a refusal) before a leg is closed. */
 export const CLOSE_GRACE_MS = 1000
@@ -59,6 +65,8 @@ export interface TunnelHost {
   onRejected (tunnel: WebTransportH3Tunnel, code: RejectionCode, detail: string): void
   /** A leg's QUIC handshake failed (the Pylon's: downstream, the pod's: upstream). */
   onHandshakeFailed (tunnel: WebTransportH3Tunnel, leg: 'downstream' | 'upstream', info: QuicCloseInfo): void
+  /** A draining session refused new streams opened by the Pylon or the pod. */
+  onDrainRefused (tunnel: WebTransportH3Tunnel, side: 'pylon' | 'stargate', count: number): void
 }
 
 type State = 'awaiting' | 'dialing' | 'rejecting' | 'bridged' | 'closing' | 'closed'
@@ -97,6 +105,10 @@ export class WebTransportH3Tunnel {
   /** Sent with the connections' close once the grace ends. */
   #closeReason = 'webtransport session closed'
   #ended = false
+  /** Why the tunnel drains (lib/drain), or null; legs whose bridged streams have not all ended. */
+  #drainReason: DrainReason | null = null
+  readonly #drainBusy = new Set<QuicConnection>()
+  #refusalsCounted = false
 
   constructor (quic: QuicConnection, target: PodTarget, serverName: string, host: TunnelHost) {
     this.target = target
@@ -129,10 +141,81 @@ export class WebTransportH3Tunnel {
     this.up?.drainSession(this.#upSession)
   }
 
-  /** Closes both legs now (no grace): a second shutdown signal, a destroyed relay. */
+  /** Closes both legs now (no grace): a second shutdown signal, a destroyed relay, a drain out of time. */
   destroy (reason: string): void {
+    this.#countRefusals()
     this.#end('completed', reason)
     this.#closeNow(H3_ERROR.H3_NO_ERROR, reason)
+  }
+
+  /** The drain's reason once one began (lib/drain), else null. */
+  get draining (): DrainReason | null {
+    return this.#drainReason
+  }
+
+  /**
+   * Stops new work (SPEC §11): a bridged session's Pylon connection gets an HTTP/3 GOAWAY, both
+   * sessions a drain capsule, and both legs refuse new bidirectional WebTransport streams with
+   * STREAM_REFUSALS.draining (native/src/drain.c; in TypeScript for a stream the bridge handed
+   * over); the session closes with the reason once its bridged streams have all ended. A
+   * session not bridged yet is refused (503 `router is shutting down`) or closed at once.
+   */
+  beginDrain (reason: DrainReason): void {
+    if (this.#drainReason !== null) return
+    this.#drainReason = reason
+    switch (this.#state) {
+      case 'awaiting':
+        this.close(tunnelCloseReasonOf(reason))
+        return
+      case 'dialing':
+        this.#refuse('shutting_down', tunnelCloseReasonOf(reason))
+        return
+      case 'bridged':
+        break
+      default:
+        return // ending already
+    }
+    this.#drainLegs()
+    // GOAWAY names the first client stream id this server will not process. The session's
+    // WebTransport streams share that id space with requests (Chromium resets its own streams
+    // above the id), so it is the one after every bidirectional stream the Pylon has opened:
+    // those run on, a new one the Pylon does not open (and the engine refuses one in flight).
+    const seen = Math.max(this.#downSession, this.down.quic.stats()?.peerMaxBidiStream ?? -1)
+    this.down.goaway(seen + 4)
+    this.down.drainSession(this.#downSession)
+    this.up?.drainSession(this.#upSession)
+    this.#settleDrain()
+  }
+
+  /** Each leg reports its bridged streams; a leg with some says when the last has ended. */
+  #drainLegs (): void {
+    for (const leg of [this.down, this.up]) {
+      if (leg === null || leg.quic.closed) continue
+      const conn = leg.quic
+      if (conn.drain(DRAIN_REFUSAL, 'webtransport') <= 0 || this.#drainBusy.has(conn)) continue
+      this.#drainBusy.add(conn)
+      conn.once('drained', () => {
+        this.#drainBusy.delete(conn)
+        this.#settleDrain()
+      })
+    }
+  }
+
+  #settleDrain (): void {
+    if (this.#drainReason === null || this.#state !== 'bridged') return
+    if (this.#drainBusy.size > 0 || this.#pending.length > 0) return
+    this.#countRefusals()
+    this.close(tunnelCloseReasonOf(this.#drainReason))
+  }
+
+  /** The streams both legs refused while draining, counted once (the legs' stats go with them). */
+  #countRefusals (): void {
+    if (this.#drainReason === null || this.#refusalsCounted) return
+    this.#refusalsCounted = true
+    const pylon = this.down.quic.stats()?.refusedStreams ?? 0
+    const stargate = this.up?.quic.stats()?.refusedStreams ?? 0
+    if (pylon > 0) this.#host.onDrainRefused(this, 'pylon', pylon)
+    if (stargate > 0) this.#host.onDrainRefused(this, 'stargate', stargate)
   }
 
   handleTimer (): void {
@@ -374,6 +457,14 @@ export class WebTransportH3Tunnel {
   }
 
   #bridgeStream (stream: QuicStream, fromDown: boolean): void {
+    if (this.#drainReason !== null && stream.bidi) {
+      // Handed over by the native bridge (a header it could not place) while draining: refused
+      // as the bridge refuses (uni streams are relayed, as there).
+      stream.stopSending(DRAIN_REFUSAL)
+      stream.reset(DRAIN_REFUSAL)
+      this.#host.onDrainRefused(this, fromDown ? 'pylon' : 'stargate', 1)
+      return
+    }
     if (this.#state !== 'bridged' || this.#pending.length > 0) {
       if (this.#pending.length >= MAX_PENDING_STREAMS) return refuseStream(stream)
       this.#pending.push({ stream, fromDown })
@@ -418,6 +509,11 @@ export class WebTransportH3Tunnel {
     }
     this.#pending = i === 0 ? this.#pending : this.#pending.slice(i)
     if (this.#pending.length > 0) this.#waitForCredit()
+    if (i > 0 && this.#drainReason !== null) {
+      // Streams spliced now are the legs' work too: ask them again (it re-arms 'drained').
+      this.#drainLegs()
+      this.#settleDrain()
+    }
   }
 
   /** From the first wait on, each leg's new stream credit retries the waiting streams (one listener per leg). */

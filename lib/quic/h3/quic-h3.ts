@@ -150,6 +150,11 @@ export class QuicH3Connection {
     this.#apply(this.core.drainSession(sessionId))
   }
 
+  /** GOAWAY on our control stream (a server names the first request stream id it will not process). */
+  goaway (id: number): void {
+    this.#apply(this.core.goaway(id))
+  }
+
   /**
    * Opens a WebTransport stream of an open session and writes its header; the stream is the
    * caller's (no handler). Null when the session is not open or the peer's stream limit is

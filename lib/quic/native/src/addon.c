@@ -56,10 +56,10 @@
  *   WebTransport streams of the bridged session; each is refused with STOP_SENDING (and
  *   RESET_STREAM when bidirectional) carrying code, and the peer's stream credit is no longer
  *   renewed. Open streams go on; DRAINED follows when the last one is gone (not when this
- *   returns 0). A second call only reports
+ *   returns 0). A later call keeps the scope and code, reports, and re-arms DRAINED
  * connInfo(conn) -> {alpn, sni, datagrams, established, remoteAddress, remotePort, localPort}
  * connStats(conn) -> {rttUs, cwnd, bytesInFlight, txBytes, rxBytes, txPackets, rxPackets, splicedBytes, bridgedBytes,
- *                    datagramsDropped, openStreams, bridgedStreams, refusedStreams}
+ *                    datagramsDropped, openStreams, bridgedStreams, refusedStreams, peerMaxBidiStream}
  * peerCertificates(conn) -> Buffer[]        DER, leaf first
  * streamOpen(conn, bidi) -> stream id, or -1 when the peer's limit is reached (STREAMS_AVAILABLE follows)
  * streamRead(conn, stream, max) -> Buffer (bytes consumed; credit returned to the peer), or
@@ -694,6 +694,7 @@ static napi_value js_conn_stats(napi_env env, napi_callback_info info) {
   SET("openStreams", c->streams.used);
   SET("bridgedStreams", c->bridged_streams);
   SET("refusedStreams", c->refused_streams);
+  SET("peerMaxBidiStream", (double)c->peer_max[0]);
   return o;
 }
 

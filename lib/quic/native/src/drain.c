@@ -72,8 +72,10 @@ int drain_begin(qconn *c, int scope, uint64_t code) {
     c->drain_max[0] = c->peer_max[0];
     c->drain_max[1] = c->peer_max[1];
   }
+  /* Every call (the first starts the drain) reports the work open now and re-arms EV_DRAINED
+     for when it reaches 0: TypeScript asks again after it spliced a stream it held. */
   size_t work = drain_work(c);
-  if (work == 0) c->drain_idle_sent = 1;
+  c->drain_idle_sent = work == 0;
   return (int)(work > 0x7fffffff ? 0x7fffffff : work);
 }
 

@@ -578,8 +578,9 @@ void bridge_forget(qstream *s);
 
 /* drain.c */
 enum { DRAIN_NONE = 0, DRAIN_ALL = 1, DRAIN_WT = 2 };
-/* Starts draining (once; a later call only reports): the streams of work open now, -1 when
-   the connection is not open or the scope is unknown. */
+/* Starts draining (the first call; a later one keeps the scope and code): the streams of work
+   open now, -1 when the connection is not open or the scope is unknown. Each call re-arms
+   EV_DRAINED for when that count reaches 0. */
 int drain_begin(qconn *c, int scope, uint64_t code);
 size_t drain_work(qconn *c);
 /* A stream the peer opened (stream_open callback): 1 when it was refused. */
