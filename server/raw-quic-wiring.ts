@@ -121,7 +121,6 @@ export async function startRawQuicTunnel (context: TunnelContext): Promise<Runni
     udp,
     tcp: null,
     stopAccepting: () => { relay.stopAccepting() },
-    webtransportSessions: () => 0,
     close: () => {
       closing ??= (async () => {
         relay.stopAccepting()

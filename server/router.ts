@@ -241,15 +241,13 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   })
   tls.attach(frontDoor.listener, upstreamPool, httpPods)
   // Replica balancing (SPEC §10): /debug/load always; the loop only with --rebalance. The load
-  // and the moves go through the connection registry. WebTransport sessions are not registered
-  // there yet: until they are, the relays count them (the tunnels start below) and none moves.
-  let webtransportSessions: () => number = () => 0
-  const registryLoad = registryLoadSource(connections)
+  // and the moves go through the connection registry.
   const rebalance = startRebalance({
     config,
     peers,
-    load: { load: () => ({ ...registryLoad.load(), webtransport: webtransportSessions() }) },
-    mover: registryMover(connections),
+    load: registryLoadSource(connections),
+    // A moved connection gets the time a shutdown gives its open work, then it is closed.
+    mover: registryMover(connections, { deadlineMs: config.shutdownDrainTimeoutMs }),
     draining: () => readiness.draining,
     metrics,
     logger,
@@ -273,7 +271,6 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   const frontDoorAddress = await frontDoor.listen()
   const runningTunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger, connections })
   closers.push('tunnels', () => runningTunnel.close())
-  webtransportSessions = () => runningTunnel.webtransportSessions()
   hub = new WatchStargatesHub({
     snapshot: store,
     template,

@@ -32,6 +32,4 @@ export interface RunningTunnel {
   stopAccepting (): void
   /** Closes every tunnel still open with reason `router shutdown` and stops listening. Idempotent. */
   close (): Promise<void>
-  /** WebTransport sessions open now, over HTTP/3 and HTTP/2 (replica balancing's load; 0 for raw QUIC). */
-  webtransportSessions (): number
 }

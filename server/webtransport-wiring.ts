@@ -168,8 +168,6 @@ export async function startWebTransportTunnel (context: TunnelContext): Promise<
       relay.stopAccepting()
       h3.stopAccepting()
     },
-    // HTTP/3 carries one session per connection; over HTTP/2 the bridged sessions count.
-    webtransportSessions: () => h3.tunnels + relay.activeSessions,
     close: () => {
       closing ??= Promise.all([relay.close(H3_CLOSE_REASONS.shutdown), h3.close(H3_CLOSE_REASONS.shutdown)]).then(() => { quicUpstream.dispose() })
       return closing

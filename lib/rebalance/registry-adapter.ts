@@ -8,7 +8,10 @@
  * Moving a connection is draining it with the reason `rebalance`: registrations end with
  * UNAVAILABLE `router is moving this connection to another replica` and the connection gets
  * GOAWAY; a tunnel refuses new streams, finishes its open ones and closes with `router
- * rebalancing`. The registry counts it (connections_drained_total{reason="rebalance"}).
+ * rebalancing`. The registry counts it (connections_drained_total{reason="rebalance"}). A
+ * moved connection whose open work has not ended after deadlineMs (the shutdown's drain
+ * timeout) is closed then: while it drains it takes no new work, and its Pylon re-dials only
+ * once it is closed, so a stream that never ends must not keep the Pylon unreachable.
  */
 import type { ConnectionRegistry } from '../drain/connection-registry.ts'
 import type { ConnectionKind, DrainableConnection } from '../drain/connection-kinds.ts'
@@ -42,13 +45,26 @@ export function registryLoadSource (registry: ConnectionRegistry): PylonLoadSour
   }
 }
 
-export function registryMover (registry: ConnectionRegistry): ConnectionMover {
+function abortMove (connection: DrainableConnection): void {
+  try {
+    connection.abort('rebalance')
+  } catch {
+    // Gone meanwhile: nothing left to close.
+  }
+}
+
+export function registryMover (registry: ConnectionRegistry, options: { readonly deadlineMs: number }): ConnectionMover {
+  const { deadlineMs } = options
   return {
     movable (kind: PylonLoadKind): readonly MovableConnection[] {
       return movableOf(registry, kind).map((connection): MovableConnection => ({
         openedAt: connection.openedAt,
-        // The drain reports its own failures; a connection already gone resolves at once.
-        move: () => { void registry.drain(connection, 'rebalance') },
+        move: () => {
+          // The drain reports its own failures; a connection already gone resolves at once.
+          const timer = setTimeout(abortMove, deadlineMs, connection)
+          timer.unref()
+          void registry.drain(connection, 'rebalance').then(() => { clearTimeout(timer) })
+        },
       }))
     },
   }

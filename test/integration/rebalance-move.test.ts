@@ -9,6 +9,9 @@
  * closes with `router rebalancing`. The others stay, and nothing moves again (2/0 is inside the
  * band).
  *
+ * The same for WebTransport over HTTP/3: the oldest session gets the drain capsule and is closed
+ * with `router rebalancing`; the others stay.
+ *
  * Failure modes: a move that cuts a request in flight, a refused stream without the code (the
  * Stargate could not tell it may retry elsewhere), the youngest connection moved instead of the
  * oldest, moves while the peer's load is unknown, a replica that keeps moving once balanced.
@@ -24,8 +27,10 @@ import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import { StubStargate } from '../fixtures/stub-stargate.ts'
 import { tempDir } from '../fixtures/router-process.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import { STREAM_REFUSALS } from '../../lib/tunnel/errors.ts'
+import { QUIC_CLOSE_REASONS, STREAM_REFUSALS } from '../../lib/tunnel/errors.ts'
 import { GRPC_ERRORS } from '../../lib/control-plane/errors.ts'
+import { H3Cluster } from '../fixtures/h3-cluster.ts'
+import type { WtEndpointSession } from '../fixtures/h3-wt-session.ts'
 
 const skip = await quinnPeerSkip(t)
 const SUBNET = '127.0.153'
@@ -55,25 +60,28 @@ function register (t: Parameters<typeof QuicCluster.start>[0], address: string):
   return { status: () => status, call }
 }
 
-t.test('a replica above the band moves its oldest registration connection and tunnel; open work finishes, then nothing moves again', { skip }, async (t) => {
-  // The peer: unknown (503) until everything is in place, then no load at all.
+/** A stub peer health port: 503 on /debug/load until load() gives it a load, and a peers file naming it. */
+async function stubPeer (t: Parameters<typeof QuicCluster.start>[0], ip: string): Promise<{ peersFile: string, load: (connections: object) => void }> {
   let peerLoad: object | null = null
   const peer = http.createServer((req, res) => {
     if (req.url !== '/debug/load' || peerLoad === null) { res.statusCode = 503; res.end(); return }
     res.setHeader('content-type', 'application/json')
-    res.end(JSON.stringify(peerLoad))
+    res.end(JSON.stringify({ connections: peerLoad }))
   })
-  await new Promise<void>((resolve) => { peer.listen(0, PEER_IP, resolve) })
+  await new Promise<void>((resolve) => { peer.listen(0, ip, resolve) })
   t.teardown(() => new Promise<void>((resolve) => { peer.closeAllConnections(); peer.close(() => { resolve() }) }))
   const dir = await tempDir(t, 'rebalance-move-')
   const peersFile = join(dir, 'peers.json')
-  await writeFile(peersFile, JSON.stringify({ peers: [{ name: 'router-b', address: PEER_IP, port: (peer.address() as AddressInfo).port }] }))
+  await writeFile(peersFile, JSON.stringify({ peers: [{ name: 'router-b', address: ip, port: (peer.address() as AddressInfo).port }] }))
+  return { peersFile, load: (connections) => { peerLoad = connections } }
+}
 
-  const cluster = await QuicCluster.start(t, {
-    pods: [],
-    subnet: SUBNET,
-    args: ['--enable-peer-discovery', '--peers-file', peersFile, '--rebalance', '--rebalance-interval-ms', '300', '--peer-check-timeout-ms', '200'],
-  })
+const REBALANCE_FAST = ['--rebalance', '--rebalance-interval-ms', '300', '--peer-check-timeout-ms', '200']
+
+t.test('a replica above the band moves its oldest registration connection and tunnel; open work finishes, then nothing moves again', { skip }, async (t) => {
+  // The peer: unknown (503) until everything is in place, then no load at all.
+  const peer = await stubPeer(t, PEER_IP)
+  const cluster = await QuicCluster.start(t, { pods: [], subnet: SUBNET, args: ['--enable-peer-discovery', '--peers-file', peer.peersFile, ...REBALANCE_FAST] })
   const stargate = await cluster.addQuinnPod('stargate-0', POD_IP, { accept: 'echo' })
   const grpcPod = await StubStargate.start({ podName: 'stargate-0', ip: POD_IP, advertisedHost: 'stargate-0.stargate.external' })
   t.teardown(() => grpcPod.close())
@@ -104,7 +112,7 @@ t.test('a replica above the band moves its oldest registration connection and tu
   const open = await stargate.open(sc)
   await stargate.write(sc, open, { bytes: 2 * MIB, seed: 3 })
   await pylon.waitEvent('stream', { conn: 1, stream: open })
-  peerLoad = { connections: { registration: 0, raw_quic: 0, webtransport: 0 } }
+  peer.load({ registration: 0, raw_quic: 0, webtransport: 0 })
   await waitFor(async () => await cluster.kube.metric('stargate_k8s_router_rebalance_moves_total', { kind: 'raw_quic', reason: 'above_band' }) === 1, { timeoutMs: 15_000, message: 'the tunnel move' })
 
   // The moved tunnel: a new stream from the Stargate is refused with the code, never relayed.
@@ -137,4 +145,32 @@ t.test('a replica above the band moves its oldest registration connection and tu
   t.equal(await cluster.kube.metric('stargate_k8s_router_rebalance_moves_total', { kind: 'registration', reason: 'above_band' }), 1, 'no second registration moved')
   t.same([registrations[1]?.status(), registrations[2]?.status()], [null, null], 'the younger registrations are still open')
   t.notOk(pylon.events.some((e) => e.ev === 'closed' && e.conn !== 1), 'the younger tunnels are still open')
+})
+
+t.test('a replica above the band moves its oldest WebTransport session over HTTP/3: the drain capsule, then router rebalancing', async (t) => {
+  const peer = await stubPeer(t, `${SUBNET}.3`)
+  const cluster = await H3Cluster.start(t, { pods: ['stargate-0'], stub: { mode: 'manual' }, routerArgs: ['--enable-peer-discovery', '--peers-file', peer.peersFile, ...REBALANCE_FAST] })
+  const sessions: WtEndpointSession[] = []
+  for (let i = 0; i < 3; i++) {
+    const opened = await cluster.open('stargate-0')
+    if (opened.session === null) throw new Error(`no session: ${opened.status}`)
+    sessions.push(opened.session)
+  }
+  await waitFor(async () => (await cluster.kube.metric('stargate_k8s_router_rebalance_load', { kind: 'webtransport' })) === 3, { message: 'three sessions counted' })
+  peer.load({ registration: 0, raw_quic: 0, webtransport: 0 })
+  await waitFor(async () => await cluster.kube.metric('stargate_k8s_router_rebalance_moves_total', { kind: 'webtransport', reason: 'above_band' }) === 1, { timeoutMs: 15_000, message: 'the session move' })
+  const [oldest, ...rest] = sessions as [WtEndpointSession, ...WtEndpointSession[]]
+  t.equal(await oldest.drains.next(), true, 'the oldest session gets the WebTransport drain signal')
+  t.same(await oldest.ended, { how: 'closed', code: 0, reason: QUIC_CLOSE_REASONS.rebalancing.reason }, 'and is closed with router rebalancing (nothing was open on it)')
+  t.equal(await cluster.kube.metric('stargate_k8s_router_connections_drained_total', { kind: 'webtransport_h3', reason: 'rebalance' }), 1)
+  const rounds = async (): Promise<number> => await cluster.kube.metric('stargate_k8s_router_rebalance_rounds_total', { result: 'balanced' }) ?? 0
+  const before = await rounds()
+  await waitFor(async () => await rounds() >= before + 3, { timeoutMs: 15_000, message: 'three more balanced rounds' })
+  t.equal(await cluster.kube.metric('stargate_k8s_router_rebalance_moves_total', { kind: 'webtransport', reason: 'above_band' }), 1, 'no second move: 2 against 0 is inside the band')
+  t.equal(await cluster.kube.metric('stargate_k8s_router_rebalance_load', { kind: 'webtransport' }), 2, 'two sessions left')
+  const younger = await Promise.race([
+    Promise.any(rest.map((session) => session.ended)).then(() => 'one ended'),
+    new Promise((resolve) => { setTimeout(resolve, 300, 'both open') }),
+  ])
+  t.equal(younger, 'both open', 'the younger sessions stay')
 })
