@@ -48,13 +48,18 @@ interface PeerSource {
   stop (): Promise<void>
 }
 
-export async function startPeers (context: PeersContext): Promise<RunningPeers | null> {
-  const { config, logger, metrics } = context
-  if (!config.enablePeerDiscovery) return null
-  const self: PeerSelf = {
+/** How this replica names itself to its peers (POD_IP, namespace/POD_NAME), as /debug/peers and /debug/load show it. */
+export function peerSelfOf (config: Config): PeerSelf {
+  return {
     address: config.podIp,
     id: config.podName === null ? null : `${config.peerNamespace}/${config.podName}`,
   }
+}
+
+export async function startPeers (context: PeersContext): Promise<RunningPeers | null> {
+  const { config, logger, metrics } = context
+  if (!config.enablePeerDiscovery) return null
+  const self = peerSelfOf(config)
   const peers = new PeerSet({ self, onListenerError: (err) => { logger.error({ err }, 'peer set subscriber failed') } })
   peers.subscribe((change) => {
     const { id, address, port } = change.peer

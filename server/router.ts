@@ -19,8 +19,10 @@ import { RegistrationForwarder } from '../lib/control-plane/registration-forward
 import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
 import { startTls } from './tls-wiring.ts'
 import { startPeers } from './peers-wiring.ts'
+import { startRebalance } from './rebalance-wiring.ts'
 import { startTunnel } from './tunnels.ts'
 import type { RunningTunnel } from './tunnel-types.ts'
+import { registryLoadSource, registryMover } from '../lib/rebalance/registry-adapter.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
 import { clientShareLimit } from '../lib/http-forward/client-address.ts'
@@ -249,6 +251,19 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     onDrainRefused: () => { metrics.drain.streamsRefused.labels('registration', 'pylon').inc() },
   })
   tls.attach(frontDoor.listener, upstreamPool, httpPods)
+  // Replica balancing (SPEC §10): /debug/load always; the loop only with --rebalance. The load
+  // and the moves go through the connection registry.
+  const rebalance = startRebalance({
+    config,
+    peers,
+    load: registryLoadSource(connections),
+    // A moved connection gets the time a shutdown gives its open work, then it is closed.
+    mover: registryMover(connections, { deadlineMs: config.shutdownDrainTimeoutMs }),
+    draining: () => readiness.draining,
+    metrics,
+    logger,
+  })
+  closers.push('rebalance', () => rebalance.close())
   const health = new HealthServer({
     host: config.healthListenAddr.host,
     port: config.healthListenAddr.port,
@@ -256,7 +271,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     registry: metrics.registry,
     snapshot: store,
     discovery: source,
-    debugRoutes: peers === null ? [] : [peers.debugRoute],
+    debugRoutes: peers === null ? [rebalance.debugRoute] : [peers.debugRoute, rebalance.debugRoute],
     logger,
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('health', reason).inc() },
     onEvicted: (state) => { metrics.limits.healthConnectionsEvicted.labels(state).inc() },

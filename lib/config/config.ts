@@ -74,6 +74,13 @@ export interface Config {
   readonly peerCheckIntervalMs: number
   readonly peerCheckTimeoutMs: number
   readonly peerDivergenceGraceMs: number
+  /** Replica balancing of Pylon connections (SPEC §10); needs peer discovery. */
+  readonly rebalance: boolean
+  /** Half-width of the band as a fraction of the mean, 0 < t < 1. */
+  readonly rebalanceTolerance: number
+  readonly rebalanceIntervalMs: number
+  /** Per kind and interval; 0 is a tenth of this replica's connections of that kind. */
+  readonly rebalanceMaxMovesPerInterval: number
   /** Namespace of --peer-service: POD_NAMESPACE (the router's own), else --target-namespace. */
   readonly peerNamespace: string
   /** This replica's address and Pod name (downward API POD_IP, POD_NAME), to exclude itself from its peers. */
@@ -199,6 +206,14 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     if (value === null) throw new Error(`flag ${name} has no default in lib/config/flags.ts`)
     return value
   }
+  /** A decimal flag with a default; bounds exclusive (a fraction strictly between them). */
+  const defaultedFraction = (name: string, above: number, below: number): number => {
+    const { value } = get(name)
+    if (typeof value !== 'string') throw new Error(`flag ${name} has no default in lib/config/flags.ts`)
+    const n = Number(value)
+    if (!(n > above && n < below)) throw new ConfigError('invalid', name, `invalid --${name} ${value}: must be above ${above} and below ${below}, e.g. 0.2`)
+    return n
+  }
   const bool = (name: string): boolean => get(name).value === true
   const required = (name: string, value: string | null, fix: string): string => {
     if (value === null || value === '') throw new ConfigError('usage', name, `missing --${name}: ${fix}`)
@@ -210,6 +225,7 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     const { value } = get(spec.name)
     if (typeof value !== 'string') continue
     if (spec.kind === 'int' && !/^\d+$/.test(value)) throw new ConfigError('usage', spec.name, `invalid --${spec.name} '${value}': expected a whole number`)
+    if (spec.kind === 'number' && !DECIMAL.test(value)) throw new ConfigError('usage', spec.name, `invalid --${spec.name} '${value}': expected a number such as 0.2`)
     if (spec.kind === 'string') str(spec.name)
   }
   for (const name of ADDRESS_FLAGS) parseListenAddress(name, required(name, str(name), 'give host:port'))
@@ -285,6 +301,17 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
       throw new ConfigError('invalid', 'enable-peer-discovery', 'invalid --enable-peer-discovery: set POD_IP or POD_NAME from the downward API (status.podIP, metadata.name) so the replica can exclude itself from its peers')
     }
   }
+  // Replica balancing reads the peers' load: without peer discovery it would see no peers and
+  // never move anything, which is worse than a start-up error.
+  const rebalance = bool('rebalance')
+  if (rebalance && !enablePeerDiscovery) {
+    throw new ConfigError('invalid', 'rebalance', 'invalid --rebalance: balancing reads the peers\' load; also set --enable-peer-discovery (with --peer-service, or --peers-file without Kubernetes)')
+  }
+  const rebalanceIntervalMs = defaultedInt('rebalance-interval-ms', 100, MAX_MS)
+  const peerCheckTimeoutMs = defaultedInt('peer-check-timeout-ms', 10, MAX_MS)
+  if (rebalance && rebalanceIntervalMs <= peerCheckTimeoutMs) {
+    throw new ConfigError('invalid', 'rebalance-interval-ms', `invalid --rebalance-interval-ms ${rebalanceIntervalMs}: must be longer than --peer-check-timeout-ms ${peerCheckTimeoutMs} (every peer's load is read within one interval)`)
+  }
   const allowInsecureRemoteWatchHttp = bool('allow-insecure-remote-watch-http')
   for (const check of remoteChecks) {
     if (check.scheme === 'http' && !allowInsecureRemoteWatchHttp) {
@@ -359,8 +386,12 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     peerHealthPortName: required('peer-health-port-name', str('peer-health-port-name'), 'name the peers\' health port'),
     peerHealthPort: defaultedInt('peer-health-port', 1, 65535),
     peerCheckIntervalMs: defaultedInt('peer-check-interval-ms', 100, MAX_MS),
-    peerCheckTimeoutMs: defaultedInt('peer-check-timeout-ms', 10, MAX_MS),
+    peerCheckTimeoutMs,
     peerDivergenceGraceMs: defaultedInt('peer-divergence-grace-ms', 0, MAX_MS),
+    rebalance,
+    rebalanceTolerance: defaultedFraction('rebalance-tolerance', 0, 1),
+    rebalanceIntervalMs,
+    rebalanceMaxMovesPerInterval: defaultedInt('rebalance-max-moves-per-interval', 0, 1_000_000),
     peerNamespace: emptyToNull(env.POD_NAMESPACE ?? null) ?? (targetNamespace === '' ? 'default' : targetNamespace),
     podIp,
     podName,
@@ -390,6 +421,9 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
 
 /** Flags whose value is host:port (a SocketAddr in the Rust router: a malformed one is a usage error). */
 const ADDRESS_FLAGS = ['listen-addr', 'reverse-tunnel-listen-addr', 'health-listen-addr'] as const
+
+/** A plain decimal: digits with at most one point (no sign, exponent, or hex). */
+const DECIMAL = /^(?:\d+(?:\.\d*)?|\.\d+)$/
 
 /** List values, each split on commas, trimmed, empty entries dropped. */
 function splitList (values: readonly string[]): string[] {

@@ -5,7 +5,7 @@
  * stargate-k8s-router must not change.
  */
 
-export type FlagKind = 'string' | 'int' | 'bool' | 'list'
+export type FlagKind = 'string' | 'int' | 'number' | 'bool' | 'list'
 
 export interface FlagSpec {
   /** Flag name without the leading dashes. */
@@ -65,6 +65,11 @@ function int (name: string, defaultValue: number, help: string): FlagSpec {
 /** A TCP or UDP port number: an int shown as `<port>`. */
 function port (name: string, defaultValue: number, help: string): FlagSpec {
   return flag(name, 'int', String(defaultValue), help, { placeholder: 'port' })
+}
+
+/** A decimal such as 0.2 (a fraction). */
+function num (name: string, defaultValue: number, help: string): FlagSpec {
+  return flag(name, 'number', String(defaultValue), help, { placeholder: 'fraction' })
 }
 
 function bool (name: string, defaultValue: boolean, help: string): FlagSpec {
@@ -143,6 +148,12 @@ export const FLAGS: readonly FlagSpec[] = [
   int('peer-check-interval-ms', 10000, 'how often each peer\'s /debug/snapshot is compared with ours'),
   int('peer-check-timeout-ms', 2000, 'timeout of one peer snapshot check'),
   int('peer-divergence-grace-ms', 30000, 'how long a peer\'s snapshot digest may differ from ours before it is reported divergent'),
+
+  // Replica balancing (needs peer discovery)
+  bool('rebalance', false, 'keep this replica\'s share of Pylon connections (registrations, tunnels) even with its peers by moving the oldest ones off a replica above the mean; needs --enable-peer-discovery'),
+  num('rebalance-tolerance', 0.2, 'half-width of the balancing band as a fraction of the mean load (never less than one connection), above 0 and below 1'),
+  int('rebalance-interval-ms', 5000, 'how often a replica compares its Pylon load with its peers\'; a replica outside the band for two intervals in a row starts moves'),
+  int('rebalance-max-moves-per-interval', 0, 'most connections of each kind a replica moves in one interval; 0 is a tenth of its connections of that kind, rounded up'),
 
   // Limits and timeouts (issue 14)
   int('http-upstream-max-connections', 1024, 'most connections to one Stargate pod for LLM client requests'),

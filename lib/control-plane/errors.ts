@@ -121,6 +121,13 @@ export const GRPC_ERRORS = {
     meaning: 'the router is draining (SIGTERM): Watch and registration streams end at once (and a stream opened on a draining connection is refused), then the connection gets GOAWAY',
     action: 'none: the Pylon watches and registers again through another replica while this one drains',
   },
+  rebalancing: {
+    status: GrpcStatus.UNAVAILABLE,
+    outcome: 'drained',
+    message: 'router is moving this connection to another replica',
+    meaning: 'replica balancing (--rebalance) moves this Pylon connection off a replica above the mean: its Watch and registration streams end at once (a stream still opened on it is refused), then the connection gets GOAWAY',
+    action: 'none: the Pylon re-dials, and the load balancer places the new connection afresh',
+  },
   headers_too_large: {
     status: GrpcStatus.RESOURCE_EXHAUSTED,
     outcome: null,

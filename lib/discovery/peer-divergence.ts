@@ -19,7 +19,8 @@
  * once if it took longer.
  */
 import type { SnapshotReader } from './types.ts'
-import type { Peer, PeerChange, PeerSet } from './peers.ts'
+import type { Peer, PeerSet } from './peers.ts'
+import { PeerStates } from './peer-states.ts'
 import type { PeerSnapshotResult } from './peer-snapshot-fetch.ts'
 import type { PeerCheckErrorReason, PeerMetrics } from './peer-metrics.ts'
 import type { Logger } from '../log.ts'
@@ -120,9 +121,8 @@ function iso (ms: number | null): string | null {
 export class PeerDivergenceChecker {
   readonly #options: PeerDivergenceCheckerOptions
   readonly #now: () => number
-  /** id -> state; entries exist exactly for the peers in the set. */
-  readonly #states = new Map<string, PeerCheckState>()
-  readonly #unsubscribe: () => void
+  /** A state for exactly the peers in the set. */
+  readonly #states: PeerStates<PeerCheckState>
   #timer: NodeJS.Timeout | null = null
   #round: Promise<void> | null = null
   #closed: Promise<void> | null = null
@@ -130,7 +130,7 @@ export class PeerDivergenceChecker {
   constructor (options: PeerDivergenceCheckerOptions) {
     this.#options = options
     this.#now = options.now ?? Date.now
-    this.#unsubscribe = options.peers.subscribe((change) => { this.#onPeerChange(change) })
+    this.#states = new PeerStates(options.peers, INITIAL_PEER_STATE, () => { this.#onPeerChange() })
   }
 
   /** Checks every peer now, then every interval. */
@@ -150,7 +150,7 @@ export class PeerDivergenceChecker {
     const peers: PeerReport[] = []
     let divergent = 0
     for (const peer of this.#options.peers.peers()) {
-      const state = this.#states.get(peer.id) ?? INITIAL_PEER_STATE
+      const state = this.#states.get(peer.id)
       if (state.divergent) divergent++
       peers.push({
         id: peer.id,
@@ -178,7 +178,7 @@ export class PeerDivergenceChecker {
   /** Stops checking; waits for the round in progress (its fetches are the caller's to abort). Idempotent. */
   close (): Promise<void> {
     this.#closed ??= (async () => {
-      this.#unsubscribe()
+      this.#states.close()
       if (this.#timer !== null) clearTimeout(this.#timer)
       this.#timer = null
       await this.#round
@@ -210,7 +210,7 @@ export class PeerDivergenceChecker {
     const current = this.#options.peers.get(peer.id)
     // The peer left, or moved, while we were asking: the answer is about someone else.
     if (this.#closed !== null || current === undefined || current.address !== peer.address || current.port !== peer.port) return
-    const previous = this.#states.get(peer.id) ?? INITIAL_PEER_STATE
+    const previous = this.#states.get(peer.id)
     const ours = this.#options.snapshot.current()
     const next = nextPeerState(previous, result, ours.digest, this.#now(), this.#options.graceMs)
     this.#states.set(peer.id, next)
@@ -239,22 +239,7 @@ export class PeerDivergenceChecker {
     }
   }
 
-  #onPeerChange (change: PeerChange): void {
-    switch (change.type) {
-      case 'add':
-        this.#states.set(change.peer.id, INITIAL_PEER_STATE)
-        break
-      case 'update':
-        // Same replica (same Pod) at a new address: what it said at the old one still counts.
-        break
-      case 'delete':
-        this.#states.delete(change.peer.id)
-        break
-      default: {
-        const never: never = change
-        throw new Error(`unknown peer change ${String(never)}`)
-      }
-    }
+  #onPeerChange (): void {
     this.#options.metrics.peers.set(this.#options.peers.size)
     this.#updateDivergentGauge()
   }

@@ -11,6 +11,8 @@ import { QUIC_CLOSE_REASONS, type QuicCloseCode } from '../tunnel/errors.ts'
 export const DRAIN_REASONS = {
   /** SIGTERM/SIGINT (SPEC §11). */
   shutdown: { grpc: 'shutting_down', tunnel: 'shutdown' },
+  /** Replica balancing moves one connection to even out the replicas (SPEC §10). */
+  rebalance: { grpc: 'rebalancing', tunnel: 'rebalancing' },
 } as const satisfies Record<string, { readonly grpc: GrpcErrorCode, readonly tunnel: QuicCloseCode }>
 
 export type DrainReason = keyof typeof DRAIN_REASONS

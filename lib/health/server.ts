@@ -1,5 +1,6 @@
 /**
- * The health listener (SPEC §9): /livez, /readyz, /metrics, /debug/snapshot. Plain HTTP.
+ * The health listener (SPEC §9): /livez, /readyz, /metrics, /debug/snapshot, and the debug
+ * routes features add (/debug/peers, /debug/load). Plain HTTP.
  *
  * Limits (SPEC §12, issue 14): it is scraped and probed by a few clients, so a slow or hostile
  * one gets short header, request and idle timeouts, and its connections are capped; at the cap
@@ -34,7 +35,7 @@ export interface HealthServerOptions {
   readonly registry: Registry
   readonly snapshot: SnapshotReader
   readonly discovery: DiscoveryStatus
-  /** Extra debug routes, e.g. /debug/peers, added by optional features. */
+  /** Extra debug routes, e.g. /debug/peers and /debug/load, added by features. */
   readonly debugRoutes?: ReadonlyArray<{ path: string, handler: () => unknown }>
   readonly limits?: HealthLimits
   /** An accept error (its code): the listener keeps serving. */

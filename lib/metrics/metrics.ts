@@ -9,6 +9,7 @@ import { SKIP_REASONS } from '../discovery/endpoint-slice.ts'
 import { REGISTRATION_OUTCOMES } from '../control-plane/registration-outcomes.ts'
 import { createTlsMetrics, type TlsMetrics } from '../tls/metrics.ts'
 import { createPeerMetrics, type PeerMetrics } from '../discovery/peer-metrics.ts'
+import { createRebalanceMetrics, type RebalanceMetrics } from '../rebalance/rebalance-metrics.ts'
 import { createWebTransportMetrics, type WebTransportMetrics } from '../tunnel/webtransport-metrics.ts'
 import { createRawQuicMetrics, type RawQuicMetrics } from '../tunnel/raw-quic-metrics.ts'
 import { createLimitMetrics, type LimitMetrics } from './limits-metrics.ts'
@@ -24,7 +25,7 @@ export interface BufferedBodies {
   readonly bytes: number
 }
 
-export interface RouterMetrics extends TlsMetrics, PeerMetrics {
+export interface RouterMetrics extends TlsMetrics, PeerMetrics, RebalanceMetrics {
   readonly registry: Registry
   readonly webtransport: WebTransportMetrics
   readonly quic: RawQuicMetrics
@@ -75,6 +76,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     registry,
     ...createTlsMetrics(registry),
     ...createPeerMetrics(registry),
+    ...createRebalanceMetrics(registry),
     webtransport: createWebTransportMetrics(registry),
     quic: createRawQuicMetrics(registry),
     limits: createLimitMetrics(registry),

@@ -58,6 +58,11 @@ export const QUIC_CLOSE_REASONS = {
     meaning: 'the router is shutting down (SIGTERM): new tunnels are refused; an open tunnel takes no new stream and is closed with this reason once its last stream ended (at --shutdown-drain-timeout-ms at the latest)',
     action: 'none: the Pylon re-registers and opens its tunnel through another replica',
   },
+  rebalancing: {
+    reason: 'router rebalancing',
+    meaning: 'replica balancing (--rebalance) moves this tunnel off a replica above the mean: it takes no new stream, the open ones finish, then it closes with this reason',
+    action: 'none: the Pylon opens its tunnel again through the load balancer, which places it afresh',
+  },
   trust_replaced: {
     reason: 'upstream trust changed',
     meaning: 'the trust for stargate certificates changed (the --upstream-tls-cert-path bundle, or the router certificate file when it is the trust); tunnels dialled under the old one close (raw QUIC 5 s later)',
@@ -126,7 +131,7 @@ function closeSeen (entry: QuicCloseDoc, code: string): string {
 export const STREAM_REFUSALS = {
   draining: {
     code: 0x44524e,
-    meaning: 'the tunnel is draining (the router is shutting down): it takes no new bidirectional stream from either side; streams opened before run to completion and the tunnel then closes with `router shutdown`. The stream was not relayed (over WebTransport over HTTP/2 its first bytes reached the other end, which was told the stream was reset with this code)',
+    meaning: 'the tunnel is draining (the router is shutting down, or replica balancing moves the tunnel): it takes no new bidirectional stream from either side; streams opened before run to completion and the tunnel then closes with `router shutdown` (or `router rebalancing`). The stream was not relayed (over WebTransport over HTTP/2 its first bytes reached the other end, which was told the stream was reset with this code)',
     action: 'open it again on another tunnel: the Pylon re-registers through another replica and opens a new tunnel there; retrying is safe, no application saw the stream complete',
   },
 } as const satisfies Record<string, ErrorDoc & { readonly code: number }>

@@ -1,9 +1,9 @@
-// Issue 8, 9, 13 and 31: every router flag (lib/config/flags.ts) is reachable from the chart
-// values and what the chart renders is accepted by the router's own parser; the router watches
-// upstream's headless Stargate Service by default whatever the workload kind, without changing
-// the Pylon contract; peer discovery adds its flags, env and RBAC only when enabled; the front
-// door is cleartext unless tls.frontDoor is on, --grpc-pylon-dial-addr defaults to the chart's
-// Service, the Service keeps a Pylon on one replica (ClientIP), and the termination grace period
+// Every router flag (lib/config/flags.ts) is reachable from the chart values and what the chart
+// renders is accepted by the router's own parser; the router watches upstream's headless Stargate
+// Service by default whatever the workload kind, without changing the Pylon contract; peer
+// discovery adds its flags, env and RBAC only when enabled; the front door is cleartext unless
+// tls.frontDoor is on, --grpc-pylon-dial-addr defaults to the chart's Service, the Service keeps a
+// Pylon on one replica (ClientIP) unless replica balancing is on, and the termination grace period
 // follows the drain timeout as upstream's chart renders it.
 import t from 'tap'
 import { readFile } from 'node:fs/promises'
@@ -32,6 +32,7 @@ const CHART_MANAGED: Readonly<Record<string, string>> = {
   'upstream-tls-cert-path': 'tls.upstreamTrust',
   'enable-peer-discovery': 'peerDiscovery.enabled',
   'peer-service': 'peerDiscovery.enabled (the chart\'s own Service)',
+  rebalance: 'rebalance.enabled (with peerDiscovery.enabled; the Service then has no ClientIP affinity)',
 }
 
 /** A valid, non-default value for every flag under `config`. */
@@ -76,6 +77,9 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'peer-check-interval-ms': 5000,
   'peer-check-timeout-ms': 1000,
   'peer-divergence-grace-ms': 60000,
+  'rebalance-tolerance': 0.3,
+  'rebalance-interval-ms': 10000,
+  'rebalance-max-moves-per-interval': 4,
   'webtransport-max-sessions-per-connection': 2,
   'webtransport-max-sessions': 5000,
   'log-level': 'debug',
@@ -122,7 +126,7 @@ t.test('every router flag is settable in the values: under config by name, or by
     const def = flag.default === undefined ? 'unset' : flag.default === '' ? 'empty' : flag.default
     t.ok(valuesText.includes(`# --${flag.name}`) && valuesText.includes(`(router default: ${def})`), `values.yaml documents --${flag.name} with its default ${def}`)
     const types = schema.properties.config.properties[flag.name]?.type ?? []
-    const expected = { bool: 'boolean', int: 'integer', string: 'string', list: 'array' }[flag.kind]
+    const expected = { bool: 'boolean', int: 'integer', number: 'number', string: 'string', list: 'array' }[flag.kind]
     t.ok(types.includes(expected) && types.includes('null'), `the schema types --${flag.name} as ${expected} or null`)
     if (flag.choices !== undefined) t.same(schema.properties.config.properties[flag.name]?.enum, [...flag.choices, null], `the schema lists the choices of --${flag.name}`)
   }
@@ -157,6 +161,7 @@ if (renderer !== null) {
       stargate: { namespace: 'llm', serviceName: 'stargate-pods' },
       tls: { serverIdentity: { secretName: 'router-tls' }, frontDoor: { enabled: true }, upstreamTrust: { secretName: 'stargate-ca', key: 'bundle.pem' }, clientCa: { configMapName: 'pylon-ca' } },
       peerDiscovery: { enabled: true },
+      rebalance: { enabled: true },
     })
     const args = argsOf(objects)
     for (const flag of Object.keys(CHART_MANAGED)) t.not(flagValue(args, flag), undefined, `--${flag} is rendered from ${CHART_MANAGED[flag]}`)
@@ -174,6 +179,7 @@ if (renderer !== null) {
     t.equal(config.grpcPylonDialAddr, `https://${FULLNAME}.${NAMESPACE}.svc:50171`, 'with front-door TLS the default dial URI is https, on the front door port')
     t.equal(config.enablePeerDiscovery, true)
     t.equal(config.peerService, FULLNAME)
+    t.equal(config.rebalance, true)
     t.same(servicePorts(theOne(objects, 'Service')), ['grpc TCP 50171->grpc', 'health TCP 9090->health', 'quic UDP 50172->quic'])
   })
 
@@ -185,6 +191,9 @@ if (renderer !== null) {
     t.match(await renderer.helmTemplateError({ tls: { clientCa: { secretName: 'pylon-ca' } } }), /tls.clientCa needs tls.serverIdentity/)
     t.match(await renderer.helmTemplateError({ config: { 'upstream-tls': true } }), /config.upstream-tls needs a trust bundle/, 'issue 14: no silent fallback to the system CA store')
     t.match(await renderer.helmTemplateError({ peerDiscovery: { enabled: true }, config: { 'peers-file': '/etc/peers.yaml' } }), /config.peers-file is for runs without Kubernetes/)
+    t.match(await renderer.helmTemplateError({ rebalance: { enabled: true } }), /rebalance.enabled needs peerDiscovery.enabled/, 'the router would refuse --rebalance without peer discovery')
+    t.match(await renderer.helmTemplateError({ config: { rebalance: true } }), /config.*rebalance/)
+    t.match(await renderer.helmTemplateError({ config: { 'rebalance-tolerance': 1.5 } }), /rebalance-tolerance/, 'the schema bounds the tolerance')
     t.match(await renderer.helmTemplateError({ tls: { frontDoor: { enabled: true } } }), /tls.frontDoor.enabled needs tls.serverIdentity.secretName/)
     t.match(await renderer.helmTemplateError({ config: { 'front-door-tls': true } }), /config.*front-door-tls/)
     t.match(await renderer.helmTemplateError({ config: { 'grpc-pylon-dial-addr': 'stargate.example.com:443' } }), /grpc-pylon-dial-addr/)
@@ -214,6 +223,16 @@ if (renderer !== null) {
     t.same(services.map((s) => [s.metadata.name, (s.spec as { sessionAffinity?: string }).sessionAffinity]), [[FULLNAME, 'ClientIP'], [`${FULLNAME}-quic`, 'ClientIP']])
     const off = theOne(await renderer.helmTemplate({ service: { sessionAffinity: '' } }), 'Service')
     t.equal((off.spec as { sessionAffinity?: string }).sessionAffinity, undefined)
+  })
+
+  t.test('with replica balancing on, the Services have no ClientIP affinity (it would pin a NAT address to one replica)', async (t) => {
+    const objects = await renderer.helmTemplate({ peerDiscovery: { enabled: true }, rebalance: { enabled: true }, service: { separateUdpService: true, sessionAffinity: 'ClientIP' } })
+    const services = ofKind(objects, 'Service').filter((s) => s.metadata.name.startsWith(FULLNAME))
+    t.same(services.map((s) => [s.metadata.name, (s.spec as { sessionAffinity?: string }).sessionAffinity]), [[FULLNAME, 'None'], [`${FULLNAME}-quic`, 'None']], 'None even where service.sessionAffinity says ClientIP')
+    t.equal(flagValue(argsOf(objects), 'rebalance'), true)
+    const off = await renderer.helmTemplate({ peerDiscovery: { enabled: true } })
+    t.equal(flagValue(argsOf(off), 'rebalance'), undefined, 'off by default')
+    t.equal((theOne(off, 'Service').spec as { sessionAffinity?: string }).sessionAffinity, 'ClientIP', 'and the affinity stays as configured')
   })
 
   // Issue 31: upstream's chart renders ceil(drainTimeoutMs / 1000) + 5 and no preStop hook.

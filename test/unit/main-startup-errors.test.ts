@@ -57,6 +57,7 @@ t.test('an unknown, removed or malformed flag, or a missing required one, exits 
     { why: 'the removed --pylon-grpc-dial-addr', args: ['--pylon-grpc-dial-addr', 'https://gw.example.com'], code: 2, line: "unknown option '--pylon-grpc-dial-addr'; run with --help to list the flags" },
     { why: 'the removed --shutdown-drain-ms', args: [...DIAL, '--shutdown-drain-ms', '1000'], code: 2, line: "unknown option '--shutdown-drain-ms'; run with --help to list the flags" },
     { why: 'a number with a unit', args: [...DIAL, '--shutdown-drain-timeout-ms', '30s'], code: 2, line: "invalid --shutdown-drain-timeout-ms '30s': expected a whole number" },
+    { why: 'a percentage for a fraction', args: [...DIAL, '--rebalance-tolerance', '20%'], code: 2, line: "invalid --rebalance-tolerance '20%': expected a number such as 0.2" },
     { why: 'no --grpc-pylon-dial-addr', args: [], code: 2, line: 'missing --grpc-pylon-dial-addr: give the http:// or https:// URI Pylons dial to reach the routers, e.g. https://stargate-router.example.com:443' },
     { why: 'no namespace', args: DIAL, env: {}, code: 2, line: 'missing --target-namespace: set it or POD_NAMESPACE (the downward API provides it in a pod)' },
   ])
@@ -87,6 +88,7 @@ t.test('a configuration that parses but is invalid exits 1 naming the flag', asy
     { why: 'a watch heartbeat of 0', args: [...DIAL, '--watch-heartbeat-ms', '0'], code: 1, line: 'invalid --watch-heartbeat-ms 0: must be between 1 and 86400000' },
     { why: 'an advertised port of 0', args: [...DIAL, '--advertised-grpc-port', '0'], code: 1, line: 'invalid --advertised-grpc-port 0: must be between 1 and 65535' },
     { why: 'front-door TLS without an identity', args: [...DIAL, '--front-door-tls'], code: 1, line: 'invalid --front-door-tls: TLS on the front door needs a server identity; also set --tls-cert-path and --tls-key-path (or leave TLS to the Gateway in front)' },
+    { why: 'replica balancing without peer discovery', args: [...DIAL, '--rebalance'], code: 1, line: "invalid --rebalance: balancing reads the peers' load; also set --enable-peer-discovery (with --peer-service, or --peers-file without Kubernetes)" },
   ])
 })
 

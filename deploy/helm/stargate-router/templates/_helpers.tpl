@@ -94,12 +94,17 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 Flags the chart derives from other values; they are not accepted under `config`.
 */}}
 {{- define "stargate-router.managedFlags" -}}
-{{- list "listen-addr" "reverse-tunnel-listen-addr" "health-listen-addr" "target-namespace" "target-service-name" "tls-cert-path" "tls-key-path" "front-door-tls" "client-ca-path" "upstream-tls-cert-path" "enable-peer-discovery" "peer-service" | toJson -}}
+{{- list "listen-addr" "reverse-tunnel-listen-addr" "health-listen-addr" "target-namespace" "target-service-name" "tls-cert-path" "tls-key-path" "front-door-tls" "client-ca-path" "upstream-tls-cert-path" "enable-peer-discovery" "peer-service" "rebalance" | toJson -}}
 {{- end -}}
 
-{{/* One `config` value as a flag argument; numbers from values files arrive as float64. */}}
+{{/*
+One `config` value as a flag argument; numbers from values files arrive as float64: whole ones
+are printed as integers (not 1e+06), fractions (--rebalance-tolerance) as they are.
+*/}}
 {{- define "stargate-router.flagValue" -}}
-{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) -}}
+{{- if and (kindIs "float64" .) (ne (floor .) .) -}}
+{{- . -}}
+{{- else if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) -}}
 {{- int64 . -}}
 {{- else -}}
 {{- . -}}
@@ -181,6 +186,12 @@ terminationGracePeriodSeconds follows the drain: the preStop sleep, then the dra
 - "--enable-peer-discovery"
 - {{ printf "--peer-service=%s" (include "stargate-router.fullname" .) | quote }}
 {{- end }}
+{{- if .Values.rebalance.enabled }}
+{{- if not .Values.peerDiscovery.enabled }}
+{{- fail "rebalance.enabled needs peerDiscovery.enabled: replicas balance by reading each other's load" }}
+{{- end }}
+- "--rebalance"
+{{- end }}
 {{- range $name, $value := .Values.config }}
 {{- if eq $name "grpc-pylon-dial-addr" }}
 {{- /* rendered above, with the chart's default */ -}}
@@ -240,7 +251,8 @@ loadBalancerSourceRanges:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
-{{- with $svc.sessionAffinity }}
+{{- /* ClientIP would pin every Pylon behind one NAT address to one replica and undo balancing. */ -}}
+{{- with (ternary "None" $svc.sessionAffinity .Values.rebalance.enabled) }}
 sessionAffinity: {{ . }}
 {{- end }}
 {{- end -}}
