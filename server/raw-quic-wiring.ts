@@ -19,7 +19,7 @@ import { clientCredentialsFor, ServerCredentials } from '../lib/quic/credentials
 import type { TlsState } from '../lib/tls/types.ts'
 import { TRUST_CHANGE_GRACE_MS } from '../lib/tls/trust-policy.ts'
 import { followUpstreamTrust } from '../lib/tls/upstream-trust-consumer.ts'
-import { CLOSE_REASONS, RawQuicRelay, type UpstreamCredentials } from '../lib/tunnel/raw-quic-relay.ts'
+import { CLOSE_REASONS, RawQuicRelay, type UpstreamCredentials } from '../lib/tunnel/raw-quic/relay.ts'
 import { upstreamTrustFlags } from './tls-wiring.ts'
 
 /** The stateless reset key of the tunnel port, derived from the server identity's key (also WebTransport's). */

@@ -31,7 +31,7 @@ interface QuicCloseDoc extends ErrorDoc {
 /**
  * The tunnel port's close reasons, all with application error code 0: raw QUIC CONNECTION_CLOSE
  * and WebTransport (over HTTP/3, and the HTTP/2 relay's close capsules) use the same ones
- * (lib/tunnel/quic-tunnel-port.ts TUNNEL_CLOSE_REASONS).
+ * (lib/tunnel/quic-port.ts TUNNEL_CLOSE_REASONS).
  */
 export const QUIC_CLOSE_REASONS = {
   missing_sni: {

@@ -1,7 +1,7 @@
 /**
  * The pure rules of a WebTransport session request (SPEC §7): which extended CONNECT
  * requests are session requests, which pod a session goes to, and which headers the
- * upstream CONNECT carries. The relay (webtransport-relay.ts) does the I/O.
+ * upstream CONNECT carries. The relays (webtransport-h2/, webtransport-h3/) do the I/O.
  *
  * Rejections are one table, code → HTTP status, metric outcome and message, so the status a
  * Pylon sees, the outcome an operator counts and the text in the log cannot drift apart.

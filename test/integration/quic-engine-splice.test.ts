@@ -7,7 +7,7 @@
  * WebTransport does with 0x41 + session id). Datagrams are bridged the same way.
  *
  * The relay here is a few lines of test code over the engine (the router's is
- * lib/tunnel/raw-quic-relay.ts): pylon ──▶ relay (server leg | client leg) ──▶ stargate.
+ * lib/tunnel/raw-quic/relay.ts): pylon ──▶ relay (server leg | client leg) ──▶ stargate.
  */
 import t from 'tap'
 import { randomBytes } from 'node:crypto'

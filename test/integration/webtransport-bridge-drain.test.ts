@@ -1,6 +1,6 @@
 /**
  * SPEC §11, the HTTP/2 WebTransport bridge's drain at the byte level (lib/tunnel/
- * webtransport-bridge.ts), on real HTTP/2 streams over loopback with capsules written by hand:
+ * webtransport-h2/bridge.ts), on real HTTP/2 streams over loopback with capsules written by hand:
  * the drain capsule reaches both ends between whole capsules, a new bidirectional stream gets
  * WT_RESET_STREAM and WT_STOP_SENDING with the catalogued code at both ends (after its own
  * capsule, never inside it), and a peer that keeps opening streams while the session drains
@@ -10,7 +10,7 @@ import t from 'tap'
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type ServerHttp2Stream } from 'node:http2'
 import type { AddressInfo } from 'node:net'
 import { Registry } from 'prom-client'
-import { WebTransportBridge } from '../../lib/tunnel/webtransport-bridge.ts'
+import { WebTransportBridge } from '../../lib/tunnel/webtransport-h2/bridge.ts'
 import { DRAIN_WEBTRANSPORT_SESSION } from '../../lib/tunnel/webtransport-capsule.ts'
 import { createWebTransportMetrics } from '../../lib/tunnel/webtransport-metrics.ts'
 import { STREAM_REFUSALS } from '../../lib/tunnel/errors.ts'

@@ -1,9 +1,9 @@
 // SPEC §11: the stream ledger of a WebTransport-over-HTTP/2 session (lib/tunnel/
-// webtransport-h2-streams.ts), as a table of capsule sequences. Failure modes: a session
+// webtransport-h2/streams.ts), as a table of capsule sequences. Failure modes: a session
 // closed while a stream is open, one never closed because a finished stream stays counted, a
 // stream opened before the drain refused, a new one let through.
 import t from 'tap'
-import { WtStreamLedger, type Side, type StreamCapsule } from '../../lib/tunnel/webtransport-h2-streams.ts'
+import { WtStreamLedger, type Side, type StreamCapsule } from '../../lib/tunnel/webtransport-h2/streams.ts'
 
 type Step = readonly [Side, StreamCapsule, number] | readonly ['drain']
 

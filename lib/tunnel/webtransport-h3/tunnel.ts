@@ -22,19 +22,19 @@
  *
  * The tunnel reports exactly one outcome (onEnd), the metric the relay counts.
  */
-import type { QuicCloseInfo, QuicConnection } from '../quic/connection.ts'
-import type { QuicStream } from '../quic/stream.ts'
-import { H3_ERROR } from '../quic/h3/errors.ts'
-import type { SessionState } from '../quic/h3/connection.ts'
-import type { RequestHead } from '../quic/h3/message.ts'
-import type { FieldLine } from '../quic/h3/qpack.ts'
-import { QuicH3Connection, type H3Event, type QuicH3Handler, type QuicH3Options } from '../quic/h3/quic-h3.ts'
-import type { PodTarget } from '../discovery/types.ts'
-import { REJECTIONS, checkConnectHead, downstreamH3Fields, upstreamH3Fields, type RejectionCode } from './webtransport-connect.ts'
-import type { WebTransportOutcome } from './webtransport-metrics.ts'
-import { webTransportCodeToHttp3 } from '../quic/h3/errors.ts'
-import { STREAM_REFUSALS } from './errors.ts'
-import { tunnelCloseReasonOf, type DrainReason } from '../drain/drain-reasons.ts'
+import type { QuicCloseInfo, QuicConnection } from '../../quic/connection.ts'
+import type { QuicStream } from '../../quic/stream.ts'
+import { H3_ERROR } from '../../quic/h3/errors.ts'
+import type { SessionState } from '../../quic/h3/connection.ts'
+import type { RequestHead } from '../../quic/h3/message.ts'
+import type { FieldLine } from '../../quic/h3/qpack.ts'
+import { QuicH3Connection, type H3Event, type QuicH3Handler, type QuicH3Options } from '../../quic/h3/quic-h3.ts'
+import type { PodTarget } from '../../discovery/types.ts'
+import { REJECTIONS, checkConnectHead, downstreamH3Fields, upstreamH3Fields, type RejectionCode } from '../webtransport-connect.ts'
+import type { WebTransportOutcome } from '../webtransport-metrics.ts'
+import { webTransportCodeToHttp3 } from '../../quic/h3/errors.ts'
+import { STREAM_REFUSALS } from '../errors.ts'
+import { tunnelCloseReasonOf, type DrainReason } from '../../drain/drain-reasons.ts'
 
 /** The stream error a draining session refuses a new stream with: the catalogue's code, as WebTransport carries it. */
 const DRAIN_REFUSAL = webTransportCodeToHttp3(STREAM_REFUSALS.draining.code)

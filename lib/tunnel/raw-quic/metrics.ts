@@ -8,9 +8,9 @@
  * scrape time (no label lookup per chunk).
  */
 import type { Counter, Gauge, Registry } from 'prom-client'
-import { collectTotals, defineMetrics } from '../metrics/define.ts'
-import { HANDSHAKE_FAILURE_REASONS } from '../quic/handshake-failure.ts'
-import { ENDPOINT_DROP_REASONS, STATELESS_PACKET_TYPES, type EndpointDropReason, type StatelessPacketType } from '../quic/native.ts'
+import { collectTotals, defineMetrics } from '../../metrics/define.ts'
+import { HANDSHAKE_FAILURE_REASONS } from '../../quic/handshake-failure.ts'
+import { ENDPOINT_DROP_REASONS, STATELESS_PACKET_TYPES, type EndpointDropReason, type StatelessPacketType } from '../../quic/native.ts'
 
 const QUIC_OUTCOMES = ['accepted', 'missing_sni', 'unknown_sni', 'target_unavailable', 'completed', 'relay_error'] as const
 export type QuicOutcome = typeof QUIC_OUTCOMES[number]

@@ -6,7 +6,7 @@
  *     no  → refused in the Initial: `missing target SNI` / `unknown target SNI` /
  *           `target stargate not ready`, counted under that outcome
  *     yes → accepted with ALPN h3 and the current server credentials (`accepted` counted)
- *           → a WebTransportH3Tunnel (webtransport-h3-tunnel.ts) carries the session
+ *           → a WebTransportH3Tunnel (tunnel.ts) carries the session
  *
  * Policy lives here: the session cap (--webtransport-max-sessions, pending and bridged; one
  * session per connection, the HTTP/3 max-sessions setting), the upstream trust in force for new
@@ -17,25 +17,25 @@
  * drainable connection of the registry (lib/drain; the tunnel's beginDrain).
  */
 import { X509Certificate } from 'node:crypto'
-import type { QuicConnection } from '../quic/connection.ts'
-import type { ClientCredentials } from '../quic/credentials.ts'
-import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../quic/endpoint.ts'
-import type { QuicH3Options } from '../quic/h3/quic-h3.ts'
-import type { PodTarget } from '../discovery/types.ts'
-import { resolveSni } from '../routing/resolve.ts'
-import type { TrustBundle } from '../tls/types.ts'
-import { untrustedConnections } from '../tls/trust-policy.ts'
-import type { QuicCloseInfo } from '../quic/connection.ts'
-import type { RawQuicMetrics } from './raw-quic-metrics.ts'
-import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRelayOptions } from './quic-tunnel-port.ts'
-import { REJECTIONS, type RejectionCode } from './webtransport-connect.ts'
-import type { WebTransportMetrics } from './webtransport-metrics.ts'
-import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './webtransport-h3-tunnel.ts'
-import type { ConnectionRegistry, Release } from '../drain/connection-registry.ts'
-import type { ConnectionKind, DrainableConnection } from '../drain/connection-kinds.ts'
-import { tunnelCloseReasonOf, type DrainReason } from '../drain/drain-reasons.ts'
-import type { DrainMetrics } from '../drain/drain-metrics.ts'
-import type { Logger } from '../log.ts'
+import type { QuicConnection } from '../../quic/connection.ts'
+import type { ClientCredentials } from '../../quic/credentials.ts'
+import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../../quic/endpoint.ts'
+import type { QuicH3Options } from '../../quic/h3/quic-h3.ts'
+import type { PodTarget } from '../../discovery/types.ts'
+import { resolveSni } from '../../routing/resolve.ts'
+import type { TrustBundle } from '../../tls/types.ts'
+import { untrustedConnections } from '../../tls/trust-policy.ts'
+import type { QuicCloseInfo } from '../../quic/connection.ts'
+import type { RawQuicMetrics } from '../raw-quic/metrics.ts'
+import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { REJECTIONS, type RejectionCode } from '../webtransport-connect.ts'
+import type { WebTransportMetrics } from '../webtransport-metrics.ts'
+import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './tunnel.ts'
+import type { ConnectionRegistry, Release } from '../../drain/connection-registry.ts'
+import type { ConnectionKind, DrainableConnection } from '../../drain/connection-kinds.ts'
+import { tunnelCloseReasonOf, type DrainReason } from '../../drain/drain-reasons.ts'
+import type { DrainMetrics } from '../../drain/drain-metrics.ts'
+import type { Logger } from '../../log.ts'
 
 /** The tunnel port's close reasons: a Pylon reads the same in either mode of the port. */
 export const H3_CLOSE_REASONS = TUNNEL_CLOSE_REASONS
@@ -298,7 +298,7 @@ export class WebTransportH3Relay implements TunnelHost {
     return { idleTimeoutMs: this.#options.idleTimeoutMs, keepAliveMs: this.#options.keepAliveMs, datagrams: true }
   }
 
-  /** Refusals here close from the Initial, without a reason phrase (raw-quic-relay.ts propose). */
+  /** Refusals here close from the Initial, without a reason phrase (raw-quic/relay.ts propose). */
   #onProposal (proposal: QuicProposal): void {
     if (!this.#accepting) return proposal.reject()
     const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)

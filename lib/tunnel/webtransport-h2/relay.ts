@@ -6,7 +6,7 @@
  *     check the request (400) → route by SNI, else :authority (400/404/503)
  *     → dial the pod's quic port over TCP: TLS with the same server name, h2, the same
  *       CONNECT with every header (502 unreachable / 504 no answer within the connect timeout)
- *     → answer the Pylon with the pod's status: 2xx bridges (webtransport-bridge.ts),
+ *     → answer the Pylon with the pod's status: 2xx bridges (bridge.ts),
  *       anything else is passed through with its body.
  *
  * The relay terminates TLS and HTTP/2 on both legs but not WebTransport: the session's
@@ -20,7 +20,7 @@
  * finished CLOSE_GRACE_MS later is reset). close() is idempotent.
  *
  * Caps (issue 16, from review of issue 14): every session has an upstream connection of its
- * own (its SETTINGS carry the Pylon's flow control, see webtransport-upstream.ts), so the
+ * own (its SETTINGS carry the Pylon's flow control, see upstream.ts), so the
  * sessions a Pylon connection may hold at once (--webtransport-max-sessions-per-connection,
  * 429 above it) and the sessions of the whole relay (--webtransport-max-sessions, 503), pending
  * and bridged alike, bound the upstream connections too.
@@ -35,25 +35,25 @@ import http2, {
   constants, type IncomingHttpHeaders, type SecureServerOptions, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2'
 import type { SecureContextOptions, TLSSocket } from 'node:tls'
-import type { SnapshotReader } from '../discovery/types.ts'
-import type { HostnameTemplate } from '../routing/hostname-template.ts'
-import type { Logger } from '../log.ts'
-import type { TrustBundle } from '../tls/types.ts'
-import { peerChainOf } from '../tls/client-cert.ts'
-import { untrustedConnections } from '../tls/trust-policy.ts'
-import { Http2StreamGuard, hardenedHttp2Options } from '../http2-server.ts'
-import { respondIfOpen, type RespondOutcome } from '../safe-io.ts'
-import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from './webtransport-capsule.ts'
-import { WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
-import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from './webtransport-connect.ts'
-import { UpstreamDial, type DialAnswer, type DialFailure, type UpstreamTrust } from './webtransport-upstream.ts'
-import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './webtransport-bridge.ts'
-import type { WebTransportMetrics } from './webtransport-metrics.ts'
-import { TUNNEL_CLOSE_REASONS } from './quic-tunnel-port.ts'
-import type { ConnectionRegistry, Release } from '../drain/connection-registry.ts'
-import type { ConnectionKind, DrainableConnection } from '../drain/connection-kinds.ts'
-import { tunnelCloseReasonOf, type DrainReason } from '../drain/drain-reasons.ts'
-import type { DrainMetrics } from '../drain/drain-metrics.ts'
+import type { SnapshotReader } from '../../discovery/types.ts'
+import type { HostnameTemplate } from '../../routing/hostname-template.ts'
+import type { Logger } from '../../log.ts'
+import type { TrustBundle } from '../../tls/types.ts'
+import { peerChainOf } from '../../tls/client-cert.ts'
+import { untrustedConnections } from '../../tls/trust-policy.ts'
+import { Http2StreamGuard, hardenedHttp2Options } from '../../http2-server.ts'
+import { respondIfOpen, type RespondOutcome } from '../../safe-io.ts'
+import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from '../webtransport-capsule.ts'
+import { WEBTRANSPORT_CLOSE_REASONS } from '../errors.ts'
+import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from '../webtransport-connect.ts'
+import { UpstreamDial, type DialAnswer, type DialFailure, type UpstreamTrust } from './upstream.ts'
+import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './bridge.ts'
+import type { WebTransportMetrics } from '../webtransport-metrics.ts'
+import { TUNNEL_CLOSE_REASONS } from '../quic-port.ts'
+import type { ConnectionRegistry, Release } from '../../drain/connection-registry.ts'
+import type { ConnectionKind, DrainableConnection } from '../../drain/connection-kinds.ts'
+import { tunnelCloseReasonOf, type DrainReason } from '../../drain/drain-reasons.ts'
+import type { DrainMetrics } from '../../drain/drain-metrics.ts'
 
 export interface WebTransportRelayOptions {
   readonly host: string
@@ -89,7 +89,7 @@ export interface WebTransportRelayOptions {
 
 /**
  * A bridged session as the connection registry sees it (lib/drain): the Pylon's HTTP/2
- * connection gets GOAWAY (no new session on it), the session drains (webtransport-bridge.ts),
+ * connection gets GOAWAY (no new session on it), the session drains (bridge.ts),
  * done when the bridge ended.
  */
 class H2SessionHandle implements DrainableConnection {

@@ -1,7 +1,7 @@
 /**
  * The WebTransport streams of one session over HTTP/2, as seen in its capsules (pure): which
  * are open, and, once the session drains, which are new and must be refused (SPEC §11). The
- * relay forwards capsules untouched (webtransport-bridge.ts); this ledger only reads the type
+ * relay forwards capsules untouched (bridge.ts); this ledger only reads the type
  * and stream id of each stream capsule (draft-ietf-webtrans-http2: WT_STREAM, WT_STREAM with
  * FIN, WT_RESET_STREAM, WT_STOP_SENDING), which webtransport-capsule.ts's cursor reports.
  *

@@ -29,11 +29,11 @@
  * functions that find their pump through a symbol on the stream (no closure per chunk).
  */
 import { constants, type ClientHttp2Session, type ClientHttp2Stream, type Http2Stream, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
-import { CapsuleCursor, encodeCloseCapsule, encodeDrainCapsule, encodeStreamRefusal, type WtStreamCapsuleKind } from './webtransport-capsule.ts'
-import { STREAM_REFUSALS, WEBTRANSPORT_CLOSE_REASONS } from './errors.ts'
-import { pingIfOpen } from '../safe-io.ts'
-import type { BridgeDirection, WebTransportMetrics } from './webtransport-metrics.ts'
-import { WtStreamLedger, type Side } from './webtransport-h2-streams.ts'
+import { CapsuleCursor, encodeCloseCapsule, encodeDrainCapsule, encodeStreamRefusal, type WtStreamCapsuleKind } from '../webtransport-capsule.ts'
+import { STREAM_REFUSALS, WEBTRANSPORT_CLOSE_REASONS } from '../errors.ts'
+import { pingIfOpen } from '../../safe-io.ts'
+import type { BridgeDirection, WebTransportMetrics } from '../webtransport-metrics.ts'
+import { WtStreamLedger, type Side } from './streams.ts'
 
 /** After a close began, how long the legs get to finish before they are reset. */
 export const CLOSE_GRACE_MS = 2000
@@ -247,7 +247,7 @@ export class WebTransportBridge {
   readonly #onRefused: BridgeOptions['onRefused']
   #end: BridgeEnd | null = null
   #finished = false
-  /** The session's WebTransport streams, from the capsules both ways (webtransport-h2-streams.ts). */
+  /** The session's WebTransport streams, from the capsules both ways (streams.ts). */
   readonly ledger = new WtStreamLedger()
   /** Set by drain(): the close reason once the last stream ended. */
   #drainReason: string | null = null

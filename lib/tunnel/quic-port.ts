@@ -1,6 +1,6 @@
 /**
- * What the two relays of the tunnel's UDP port share: raw QUIC (raw-quic-relay.ts, issue 15)
- * and WebTransport over HTTP/3 (webtransport-h3-relay.ts, issue 16) are the same port in the
+ * What the two relays of the tunnel's UDP port share: raw QUIC (raw-quic/relay.ts, issue 15)
+ * and WebTransport over HTTP/3 (webtransport-h3/relay.ts, issue 16) are the same port in the
  * two modes, so a Pylon meets the same behaviour in both.
  *
  * - TUNNEL_CLOSE_REASONS: the reasons (application code 0) a peer reads when the router closes
@@ -22,7 +22,7 @@ import type { QuicEngine } from '../quic/engine.ts'
 import type { ServerCredentials } from '../quic/credentials.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { handshakeFailure } from '../quic/handshake-failure.ts'
-import type { HandshakeFailureLabel } from './raw-quic-metrics.ts'
+import type { HandshakeFailureLabel } from './raw-quic/metrics.ts'
 import { QUIC_CLOSE_REASONS, type QuicCloseCode } from './errors.ts'
 
 /** Close reasons of the tunnel port (SPEC §7 wire strings), all with application error code 0: QUIC_CLOSE_REASONS' (errors.ts). */

@@ -15,8 +15,8 @@ import http2, {
   type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type IncomingHttpStatusHeader, type OutgoingHttpHeaders, type SecureClientSessionOptions, type Settings,
 } from 'node:http2'
 import type { SecureContext } from 'node:tls'
-import type { PodTarget } from '../discovery/types.ts'
-import { WT_SETTING_IDS } from './webtransport-capsule.ts'
+import type { PodTarget } from '../../discovery/types.ts'
+import { WT_SETTING_IDS } from '../webtransport-capsule.ts'
 
 /** Upstream TLS in force; `key` names the trust it verifies with (sessions made under another key are closed on change). */
 export interface UpstreamTrust {
