@@ -20,8 +20,8 @@ import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
 import { startTls } from './tls-wiring.ts'
 import { startPeers } from './peers-wiring.ts'
 import { startRebalance } from './rebalance-wiring.ts'
-import { startTunnel } from './tunnels.ts'
-import type { RunningTunnel } from './tunnel-types.ts'
+import { startTunnel, type RunningTunnel } from '../lib/tunnel/tunnel-port.ts'
+import { QuicEngine } from '../lib/quic/engine.ts'
 import { registryLoadSource, registryMover } from '../lib/rebalance/registry-adapter.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
@@ -127,7 +127,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   // Before discovery: invalid TLS material fails start-up (no insecure fallback).
   // The self-signed fallback identity covers every advertised host (tunnels need one).
   const tls = await startTls(config, template.render('*'), metrics, logger)
-  closers.push('tls', () => tls.manager.close())
+  closers.push('tls', () => tls.close())
   readiness.add(tls.manager.readinessCheck())
   let source: StoppableSource
   const ports = { grpc: config.grpcPortName, quic: config.quicPortName, http: config.httpPortName }
@@ -281,7 +281,12 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   // On shutdown the drain has begun the front door's close already; this call waits for it.
   closers.push('front door', () => frontDoor.close(0))
   const frontDoorAddress = await frontDoor.listen()
-  const runningTunnel = await startTunnel({ config, snapshot: store, template, tls: tls.manager, metrics, logger, connections })
+  // The router's one QUIC engine (the addon loads here): the tunnels' endpoints and dials.
+  const engine = new QuicEngine({
+    onHandlerError: (err) => { logger.error({ err }, 'quic: an event handler failed; its connection was closed') },
+  })
+  closers.push('quic engine', () => { engine.close() })
+  const runningTunnel = await startTunnel({ config, engine, snapshot: store, template, tls: tls.manager, metrics, logger, connections })
   closers.push('tunnels', () => runningTunnel.close())
   hub = new WatchStargatesHub({
     snapshot: store,

@@ -8,7 +8,7 @@ import type { Config } from '../lib/config/config.ts'
 import { TlsMaterialManager } from '../lib/tls/manager.ts'
 import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-context-consumer.ts'
 import { peerChainOf } from '../lib/tls/client-cert.ts'
-import { TRUST_CHANGE_GRACE_MS, untrustedConnections, upstreamTrustFor, type UpstreamTrustFlags } from '../lib/tls/trust-policy.ts'
+import { TRUST_CHANGE_GRACE_MS, untrustedConnections, upstreamTrustFor } from '../lib/tls/trust-policy.ts'
 import { followUpstreamTrust, upstreamSecureContext } from '../lib/tls/upstream-trust-consumer.ts'
 import type { FrontDoorListener, FrontDoorTls } from '../lib/front-door/listener.ts'
 import type { UpstreamPool, UpstreamTls } from '../lib/control-plane/upstream-pool.ts'
@@ -26,11 +26,8 @@ export interface RouterTls {
   readonly httpForward: (() => UpstreamTls) | null
   /** Hooks the front door, the upstream pool and the HTTP pods to reloads once they exist. */
   attach (frontDoor: FrontDoorListener, pool: UpstreamPool, httpPods: HttpPods): void
-}
-
-/** The trust-policy flags of a configuration. */
-export function upstreamTrustFlags (config: Config): UpstreamTrustFlags {
-  return { upstreamTls: config.upstreamTls, upstreamTlsSystemCa: config.upstreamTlsSystemCa, quicInsecure: config.quicInsecure }
+  /** Releases what was hooked to the manager, then stops it (waits for a reload in progress). Idempotent. */
+  close (): Promise<void>
 }
 
 /**
@@ -60,9 +57,10 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
 
   // Registration and HTTP forwarding each follow their trust (lib/tls/trust-policy.ts); the
   // pool and the pods exist only later, so a change before attach() has nothing to close.
-  const flags = upstreamTrustFlags(config)
+  const flags = config
   let pool: UpstreamPool | null = null
   let pods: HttpPods | null = null
+  const releases: Array<() => void> = []
   const follow = (leg: 'registration' | 'http_forward', onReplaced: (generation: number) => void): (() => UpstreamTls) | null => {
     if (upstreamTrustFor(leg, manager.state(), flags).kind === 'cleartext') return null
     const follower = followUpstreamTrust<UpstreamTls>(manager, {
@@ -75,6 +73,7 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
       },
       onReplaced: (current) => { onReplaced(current.generation) },
     })
+    releases.push(() => { follower.release() })
     return () => follower.current().runtime
   }
   const registration = follow('registration', (generation) => {
@@ -95,19 +94,23 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
       pool = upstreamPool
       pods = httpPods
       if (frontDoor !== null) {
-        manager.addConsumer(secureContextConsumer({
+        releases.push(manager.addConsumer(secureContextConsumer({
           name: 'front-door',
           dependsOn: requireClientCert ? ['server_identity', 'client_trust'] : ['server_identity'],
           buildOptions: (s) => serverContextOptions(s, { withClientTrust: requireClientCert }),
           apply: (built) => { door.setSecureContext(built.options) },
-        }))
+        })))
       }
-      manager.onChange((changed, _previous, next) => {
+      releases.push(manager.onChange((changed, _previous, next) => {
         if (changed !== 'client_trust' || next.clientTrust === null) return
         const untrusted = untrustedConnections(door.tlsConnections(), peerChainOf, next.clientTrust, new Date())
         for (const socket of untrusted) door.closeConnection(socket, TRUST_CHANGE_GRACE_MS)
         logger.info({ closed: untrusted.length }, 'client trust changed: closed connections whose client certificate no longer verifies')
-      })
+      }))
+    },
+    close (): Promise<void> {
+      for (let release = releases.pop(); release !== undefined; release = releases.pop()) release()
+      return manager.close()
     },
   }
 }

@@ -21,7 +21,7 @@ import { QuicDuplex } from '../../lib/quic/stream-duplex.ts'
 const IDLE_MS = 60_000
 const CHUNK = Buffer.alloc(64 * 1024, 0x5a)
 const [mode, ...args] = process.argv.slice(2)
-const engine = QuicEngine.shared()
+const engine = new QuicEngine()
 
 function emit (value: unknown): void {
   process.stdout.write(JSON.stringify(value) + '\n')

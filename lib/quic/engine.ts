@@ -1,15 +1,16 @@
 /**
- * The QUIC engine, TypeScript side: one per process (the addon runs on Node's own event loop),
- * the place where the addon's event records become calls on endpoints, connections and streams.
+ * The QUIC engine, TypeScript side (the addon runs on Node's own event loop): the place where
+ * the addon's event records become calls on endpoints, connections and streams. The router
+ * makes one engine in its composition root and passes it to the tunnels; a test makes its own.
  *
  *   addon turn ──(count, objects)──▶ dispatch(): for each record [type, conn, stream, a, b, obj]
  *        PROPOSED ─▶ endpoint.onProposal(proposal)     (accept / reject, now or later)
  *        ESTABLISHED, CLOSED, STREAM_OPENED, DATAGRAM, STREAMS_AVAILABLE, DRAINED ─▶ the connection
  *        STREAM_READABLE / WRITABLE / RESET / STOP / CLOSED, SPLICE_DONE ─▶ the stream's handler
  *
- * Every handler call is guarded: an exception from one is reported through onHandlerError and
- * the connection it concerned is closed with an internal error, so a bug in one tunnel's
- * handling cannot end the process or stop the other connections' events.
+ * Every handler call is guarded: an exception from one is reported through the onHandlerError
+ * of the engine that owns the connection, and the connection is closed with an internal error,
+ * so a bug in one tunnel's handling cannot end the process or stop the other connections' events.
  */
 import type { ClientCredentials } from './credentials.ts'
 import { encodeAlpn } from './alpn.ts'
@@ -35,74 +36,53 @@ export interface QuicConnectOptions {
 }
 
 export interface QuicEngineOptions {
-  /** An event handler threw; the connection it concerned has been closed (default: process warning). */
+  /** An event handler of this engine's connections threw; the connection has been closed (default: process warning). */
   readonly onHandlerError?: (err: unknown) => void
 }
 
 /** Transport error INTERNAL_ERROR (RFC 9000 §20.1). */
 const INTERNAL_ERROR = 0x1
 
-export class QuicEngine {
+/**
+ * The addon's event channel. Node loads an addon once per process and the addon reports every
+ * connection's events through one callback, so the routing of events to connections (by the
+ * addon's ids, unique in the process) is shared by every engine; what is an engine's own (its
+ * endpoints, its connections, who hears about a failing handler) stays in the engine.
+ */
+class NativeEvents {
   readonly native: NativeQuic
   readonly #events: Float64Array
   readonly #endpoints = new Map<number, QuicEndpoint>()
   readonly #connections = new Map<number, QuicConnection>()
-  #onHandlerError: (err: unknown) => void
-  readonly #forget = (conn: QuicConnection): void => { this.#connections.delete(conn.id) }
+  readonly #engines = new Set<QuicEngine>()
 
-  private constructor (native: NativeQuic, options: QuicEngineOptions) {
+  constructor (native: NativeQuic) {
     this.native = native
-    this.#onHandlerError = options.onHandlerError ?? defaultHandlerError
     this.#events = native.init((count, objects) => { this.#dispatch(count, objects) })
   }
 
-  static #shared: QuicEngine | null = null
-
-  /** The process's engine (created, and the addon loaded, on first use). */
-  static shared (options: QuicEngineOptions = {}): QuicEngine {
-    QuicEngine.#shared ??= new QuicEngine(loadNative(), options)
-    if (options.onHandlerError !== undefined) QuicEngine.#shared.#onHandlerError = options.onHandlerError
-    return QuicEngine.#shared
+  attach (engine: QuicEngine): void {
+    this.#engines.add(engine)
   }
 
-  /** Connections the engine routes events to (handshaking or open). */
-  get connectionCount (): number {
-    return this.#connections.size
+  detach (engine: QuicEngine): void {
+    this.#engines.delete(engine)
   }
 
-  counters (): NativeCounters {
-    return this.native.counters()
-  }
-
-  /** A listening endpoint; throws (with the errno code) when the address cannot be bound. */
-  listen (options: QuicListenOptions): QuicEndpoint {
-    const endpoint = new QuicEndpoint(this, options)
+  addEndpoint (endpoint: QuicEndpoint): void {
     this.#endpoints.set(endpoint.id, endpoint)
-    return endpoint
   }
 
-  /** Dials a server on a UDP socket of the connection's own; listen for 'established' / 'close'. */
-  connect (options: QuicConnectOptions): QuicConnection {
-    const id = this.native.connect(options.address, options.port, options.credentials.id, options.serverName, encodeAlpn(options.alpn),
-      options.transport ?? {}, { recvBuffer: options.recvBuffer, sendBuffer: options.sendBuffer })
-    const conn = new QuicConnection(this.native, id, 'client', options.address, options.port, options.serverName, this.#forget)
-    this.#connections.set(id, conn)
-    return conn
-  }
-
-  /** @internal A server connection made by QuicProposal.accept(). */
-  adopt (conn: QuicConnection): void {
-    this.#connections.set(conn.id, conn)
-  }
-
-  /** @internal */
-  forgetEndpoint (endpoint: QuicEndpoint): void {
+  deleteEndpoint (endpoint: QuicEndpoint): void {
     this.#endpoints.delete(endpoint.id)
   }
 
-  /** @internal */
-  newConnection (id: number, remoteAddress: string, remotePort: number, serverName: string | null): QuicConnection {
-    return new QuicConnection(this.native, id, 'server', remoteAddress, remotePort, serverName, this.#forget)
+  addConnection (conn: QuicConnection): void {
+    this.#connections.set(conn.id, conn)
+  }
+
+  deleteConnection (conn: QuicConnection): void {
+    this.#connections.delete(conn.id)
   }
 
   #dispatch (count: number, objects: unknown[] | undefined): void {
@@ -119,7 +99,8 @@ export class QuicEngine {
       try {
         this.#deliver(type, id, streamId, a, b, object)
       } catch (err) {
-        this.#failed(type === EV.PROPOSED || type === EV.ENDPOINT_ERROR || type === EV.PENDING_EXPIRED ? null : id, err)
+        if (type === EV.PROPOSED || type === EV.PENDING_EXPIRED || type === EV.ENDPOINT_ERROR) this.#failed(null, this.#endpoints.get(a) ?? null, err)
+        else this.#failed(this.#connections.get(id) ?? null, null, err)
       }
     }
   }
@@ -191,20 +172,134 @@ export class QuicEngine {
     }
   }
 
-  #failed (connId: number | null, err: unknown): void {
-    if (connId !== null) {
-      const conn = this.#connections.get(connId)
-      try {
-        conn?.close(INTERNAL_ERROR, '', false)
-      } catch {
-        // Closing is best effort here.
-      }
+  /** The connection is closed with an internal error; the engine that owns it (or the endpoint) hears of the error. */
+  #failed (conn: QuicConnection | null, endpoint: QuicEndpoint | null, err: unknown): void {
+    try {
+      conn?.close(INTERNAL_ERROR, '', false)
+    } catch {
+      // Closing is best effort here.
+    }
+    let owner: QuicEngine | null = null
+    for (const engine of this.#engines) {
+      if ((conn !== null && engine.owns(conn)) || (endpoint !== null && engine.ownsEndpoint(endpoint))) owner = engine
     }
     try {
-      this.#onHandlerError(err)
+      (owner?.onHandlerError ?? defaultHandlerError)(err)
     } catch {
       // A failing error reporter must not stop the dispatch either.
     }
+  }
+}
+
+let events: NativeEvents | null = null
+
+/**
+ * A QUIC engine: the endpoints it listens on and the connections it dials or accepts, with the
+ * handler of their failures. The composition root makes one and passes it to what needs it;
+ * tests make their own. Several engines in one process share the addon (NativeEvents).
+ */
+export class QuicEngine {
+  readonly native: NativeQuic
+  readonly onHandlerError: (err: unknown) => void
+  readonly #events: NativeEvents
+  readonly #endpoints = new Set<QuicEndpoint>()
+  readonly #connections = new Set<QuicConnection>()
+  readonly #forget = (conn: QuicConnection): void => {
+    this.#connections.delete(conn)
+    this.#events.deleteConnection(conn)
+  }
+
+  #closed = false
+
+  /** Loads the addon on first use; throws when it is not built. */
+  constructor (options: QuicEngineOptions = {}) {
+    events ??= new NativeEvents(loadNative())
+    this.#events = events
+    this.native = events.native
+    this.onHandlerError = options.onHandlerError ?? defaultHandlerError
+    events.attach(this)
+  }
+
+  /** Connections of this engine the addon routes events to (handshaking or open). */
+  get connectionCount (): number {
+    return this.#connections.size
+  }
+
+  /** Endpoints of this engine still listening. */
+  get endpointCount (): number {
+    return this.#endpoints.size
+  }
+
+  get closed (): boolean {
+    return this.#closed
+  }
+
+  /** The addon's counters (process-wide: every engine's connections, endpoints and credentials). */
+  counters (): NativeCounters {
+    return this.native.counters()
+  }
+
+  /** A listening endpoint; throws (with the errno code) when the address cannot be bound. */
+  listen (options: QuicListenOptions): QuicEndpoint {
+    this.#open()
+    const endpoint = new QuicEndpoint(this, options)
+    this.#endpoints.add(endpoint)
+    this.#events.addEndpoint(endpoint)
+    return endpoint
+  }
+
+  /** Dials a server on a UDP socket of the connection's own; listen for 'established' / 'close'. */
+  connect (options: QuicConnectOptions): QuicConnection {
+    this.#open()
+    const id = this.native.connect(options.address, options.port, options.credentials.id, options.serverName, encodeAlpn(options.alpn),
+      options.transport ?? {}, { recvBuffer: options.recvBuffer, sendBuffer: options.sendBuffer })
+    const conn = new QuicConnection(this.native, id, 'client', options.address, options.port, options.serverName, this.#forget)
+    this.adopt(conn)
+    return conn
+  }
+
+  /**
+   * Closes every endpoint of this engine and destroys its connections still open (their close
+   * events still come), then takes nothing more. Owners close their connections first to tell
+   * their peers; this is the backstop that leaves no handle behind. Idempotent.
+   */
+  close (): void {
+    if (this.#closed) return
+    this.#closed = true
+    for (const endpoint of [...this.#endpoints]) endpoint.close()
+    for (const conn of [...this.#connections]) if (!conn.closed) conn.destroy()
+    this.#events.detach(this)
+  }
+
+  /** @internal Whether the connection is one of this engine's. */
+  owns (conn: QuicConnection): boolean {
+    return this.#connections.has(conn)
+  }
+
+  /** @internal */
+  ownsEndpoint (endpoint: QuicEndpoint): boolean {
+    return this.#endpoints.has(endpoint)
+  }
+
+  /** @internal A connection dialled, or accepted on one of this engine's endpoints (QuicProposal.accept()). */
+  adopt (conn: QuicConnection): void {
+    this.#connections.add(conn)
+    this.#events.addConnection(conn)
+  }
+
+  /** @internal */
+  forgetEndpoint (endpoint: QuicEndpoint): void {
+    this.#endpoints.delete(endpoint)
+    this.#events.deleteEndpoint(endpoint)
+  }
+
+  /** @internal */
+  newConnection (id: number, remoteAddress: string, remotePort: number, serverName: string | null): QuicConnection {
+    return new QuicConnection(this.native, id, 'server', remoteAddress, remotePort, serverName, this.#forget)
+  }
+
+  #open (): void {
+    if (this.#closed) throw new Error('the QUIC engine is closed')
   }
 }
 

@@ -118,8 +118,11 @@ export class TlsMaterialManager {
     return this.#state
   }
 
-  /** Builds and commits the consumer with the current state at once; throws if it cannot build. */
-  addConsumer<C> (consumer: TlsConsumer<C>): void {
+  /**
+   * Builds and commits the consumer with the current state at once; throws if it cannot build.
+   * Returns how to remove it (it is built for no later change; what it built is its owner's).
+   */
+  addConsumer<C> (consumer: TlsConsumer<C>): () => void {
     let candidate: C
     try {
       candidate = consumer.build(this.#state)
@@ -127,13 +130,23 @@ export class TlsMaterialManager {
       throw new Error(`tls consumer ${consumer.name} cannot build from the active material: ${messageOf(err)}`, { cause: err })
     }
     consumer.commit(candidate, this.#state, null)
-    this.#consumers.push(consumer as TlsConsumer<unknown>)
+    const added = consumer as TlsConsumer<unknown>
+    this.#consumers.push(added)
+    return () => {
+      const at = this.#consumers.indexOf(added)
+      if (at >= 0) this.#consumers.splice(at, 1)
+    }
   }
 
   /** Called after each committed change; returns an unsubscribe function. */
   onChange (listener: ChangeListener): () => void {
     this.#listeners.add(listener)
     return () => { this.#listeners.delete(listener) }
+  }
+
+  /** Consumers and change listeners added and not removed (what a stopped component must have given back). */
+  get followers (): { readonly consumers: number, readonly listeners: number } {
+    return { consumers: this.#consumers.length, listeners: this.#listeners.size }
   }
 
   /** For /readyz: fails once the active server identity has expired. */

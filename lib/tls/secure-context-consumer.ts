@@ -27,14 +27,18 @@ export interface SecureContextConsumerOptions {
   readonly apply: (built: BuiltSecureContext, state: TlsState, changed: MaterialType | null) => void
 }
 
+/** A SecureContext from options, with fresh session-ticket keys unless the options carry some. */
+export function buildSecureContext (options: SecureContextOptions): BuiltSecureContext {
+  const withTickets = options.ticketKeys === undefined ? { ...options, ticketKeys: randomBytes(48) } : options
+  return { context: createSecureContext(withTickets), options: withTickets }
+}
+
 export function secureContextConsumer (options: SecureContextConsumerOptions): TlsConsumer<BuiltSecureContext> {
   return {
     name: options.name,
     dependsOn: options.dependsOn,
     build (state: TlsState): BuiltSecureContext {
-      const built = options.buildOptions(state)
-      const withTickets = built.ticketKeys === undefined ? { ...built, ticketKeys: randomBytes(48) } : built
-      return { context: createSecureContext(withTickets), options: withTickets }
+      return buildSecureContext(options.buildOptions(state))
     },
     commit (candidate: BuiltSecureContext, state: TlsState, changed: MaterialType | null): void {
       options.apply(candidate, state, changed)

@@ -1,13 +1,13 @@
 /**
- * One upstream leg following its trust (trust-policy.ts) through TLS reloads: a TlsConsumer
- * that rebuilds the leg's runtime object (a SecureContext, engine credentials) only when the
+ * One upstream leg following its trust (trust-policy.ts) through TLS reloads: a follower
+ * (tls-follower.ts) that rebuilds the leg's runtime object (a SecureContext, engine credentials) only when the
  * trust's key changes, and, once the manager has committed the change, tells the leg to close
  * what it dialled under the previous trust. Every leg (registration, HTTP forwarding, raw QUIC,
  * WebTransport over HTTP/3 and HTTP/2) goes through here, so they cannot disagree on when a
  * change closes connections.
  */
 import { createSecureContext, rootCertificates, type SecureContext } from 'node:tls'
-import type { TlsMaterialManager } from './manager.ts'
+import { followTls, type TlsSource } from './tls-follower.ts'
 import { upstreamTrustFor, type UpstreamLeg, type UpstreamTrust, type UpstreamTrustFlags } from './trust-policy.ts'
 
 /** What a leg dials with now; generation counts trust changes from 1. */
@@ -25,57 +25,42 @@ export interface UpstreamTrustFollowerOptions<R> {
   readonly build: (trust: UpstreamTrust, generation: number) => R
   /** Frees a runtime object new dials no longer get (engine credentials); dials using it keep it. */
   readonly release?: (runtime: R) => void
-  /** After a committed trust change: close what was dialled under an older generation. */
+  /** After a committed trust change: close what was dialled under another trust (`current.trust.key` names the one in force). */
   readonly onReplaced: (current: FollowedTrust<R>) => void
 }
 
 export interface UpstreamTrustFollower<R> {
   current (): FollowedTrust<R>
   /** Stops following and releases the current runtime object. Idempotent. */
-  dispose (): void
+  release (): void
 }
 
-type TrustSource = Pick<TlsMaterialManager, 'addConsumer' | 'onChange'>
-
-export function followUpstreamTrust<R> (manager: TrustSource, options: UpstreamTrustFollowerOptions<R>): UpstreamTrustFollower<R> {
-  let current: FollowedTrust<R> | null = null
+export function followUpstreamTrust<R> (manager: TlsSource, options: UpstreamTrustFollowerOptions<R>): UpstreamTrustFollower<R> {
   let replaced = false
-  let disposed = false
-  manager.addConsumer<FollowedTrust<R>>({
+  const follower = followTls<FollowedTrust<R>>(manager, {
     name: options.name,
     // The router certificate is the trust when no bundle is configured: both can change it.
     dependsOn: ['upstream_trust', 'server_identity'],
-    build: (state) => {
+    build: (state, current) => {
       const trust = upstreamTrustFor(options.leg, state, options.flags)
       if (current !== null && trust.key === current.trust.key) return current
       const generation = (current?.generation ?? 0) + 1
       return { trust, runtime: options.build(trust, generation), generation }
     },
-    commit: (candidate) => {
-      if (candidate === current) return
-      const previous = current
-      current = candidate
-      if (previous === null) return
-      options.release?.(previous.runtime)
-      replaced = true
-    },
+    release: (followed) => { options.release?.(followed.runtime) },
+    onCommit: (_followed, previous) => { if (previous !== null) replaced = true },
   })
   // Closing waits for the change to be committed by every consumer (and the state published).
   const unsubscribe = manager.onChange(() => {
-    if (!replaced || current === null) return
+    if (!replaced) return
     replaced = false
-    options.onReplaced(current)
+    options.onReplaced(follower.current())
   })
   return {
-    current: () => {
-      if (current === null) throw new Error(`upstream trust of ${options.name} was never built`)
-      return current
-    },
-    dispose: () => {
-      if (disposed) return
-      disposed = true
+    current: () => follower.current(),
+    release: () => {
       unsubscribe()
-      if (current !== null) options.release?.(current.runtime)
+      follower.release()
     },
   }
 }

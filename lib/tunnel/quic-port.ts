@@ -20,6 +20,7 @@ import { presentTarget, type SnapshotReader, type TargetSnapshot } from '../disc
 import type { QuicCloseInfo } from '../quic/connection.ts'
 import type { QuicEngine } from '../quic/engine.ts'
 import type { ServerCredentials } from '../quic/credentials.ts'
+import type { TlsFollower } from '../tls/tls-follower.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { handshakeFailure } from '../quic/handshake-failure.ts'
 import type { HandshakeFailureLabel } from './raw-quic/metrics.ts'
@@ -36,8 +37,8 @@ export interface TunnelPortRelayOptions {
   readonly snapshot: SnapshotReader
   /** Matches the SNI of a Pylon's Initial to a target identity. */
   readonly template: HostnameTemplate
-  /** The identity new Pylon connections get (the current one; hot reload swaps it; null: every connection refused). */
-  readonly serverCredentials: () => ServerCredentials | null
+  /** The identity new Pylon connections get: the current one (hot reload swaps it). */
+  readonly serverCredentials: TlsFollower<ServerCredentials>
   /** Time for the leg to the pod to complete its handshake. */
   readonly connectTimeoutMs: number
   /** How long a tunnel outlives its pod leaving the ready set. */

@@ -16,11 +16,10 @@ import type { Socket } from 'node:dgram'
 import { readFileSync } from 'node:fs'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
-import { dial, engineTls, established, listen } from '../fixtures/quic-engine.ts'
+import { dial, engine as fixtureEngine, engineTls, established, listen } from '../fixtures/quic-engine.ts'
 import { captureInitial, rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
 import { clientHello, cryptoFrame, initialPacket, openInitial, scatteredHello } from '../fixtures/quic-initial.ts'
 import { encodeVarint } from '../../lib/quic/varint.ts'
-import { QuicEngine } from '../../lib/quic/engine.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 t.setTimeout(180_000)
@@ -60,7 +59,7 @@ t.test(`${TOTAL.toLocaleString('en')} random and mutated datagrams: no crash, th
     maxHalfOpenPerAddress: 1_000_000,
     retryThreshold: 1_000_000,
   })
-  const engine = QuicEngine.shared()
+  const engine = fixtureEngine()
   const before = engine.counters()
   const real = await captureInitial(t, 'pod.stargate.test')
   const opened = openInitial(real)

@@ -10,12 +10,11 @@ import { randomBytes } from 'node:crypto'
 import { createSocket } from 'node:dgram'
 import { clientHello, connectionClose, openInitial, scatteredHello } from '../fixtures/quic-initial.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import { closed, dial, engineTls, established, listen, readToEnd } from '../fixtures/quic-engine.ts'
+import { closed, dial, engine, engineTls, established, listen, readToEnd } from '../fixtures/quic-engine.ts'
 import { rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
 import type { QuicStream } from '../../lib/quic/stream.ts'
 import { APPLICATION_ERROR } from '../../lib/quic/endpoint.ts'
 import { ClientCredentials } from '../../lib/quic/credentials.ts'
-import { QuicEngine } from '../../lib/quic/engine.ts'
 import { ENDPOINT_DROP_REASONS, STATELESS_PACKET_TYPES } from '../../lib/quic/native.ts'
 
 t.test('a client offering no ALPN reaches a server that accepts none: both sides see no protocol', async (t) => {
@@ -189,12 +188,12 @@ t.test('after a restart with the same reset secret, a client of the old process 
   t.ok((second.endpoint.stats()?.stateless.stateless_reset ?? 0) >= 1, 'sent by the new endpoint')
 })
 
-// The metrics pass these objects on as they come (server/raw-quic-wiring.ts), so the addon's
+// The metrics pass these objects on as they come (lib/tunnel/tunnel-port.ts), so the addon's
 // names must be the label values of quic_datagrams_dropped_total and quic_stateless_packets_total.
 t.test('the endpoint counts drops and stateless answers by reason under the metrics\' label values', async (t) => {
   const server = listen(t, '127.0.80.9', (await engineTls(t)).serverCredentials)
   const socket = await rawSocket(t, '127.0.80.9')
-  const before = QuicEngine.shared().counters()
+  const before = engine().counters()
   // One byte is not QUIC; an HTTP request reads as a short header for no connection, too small
   // to be owed a stateless reset.
   await sendRaw(socket, server.endpoint.port, Buffer.alloc(1), '127.0.80.9')
@@ -210,6 +209,6 @@ t.test('the endpoint counts drops and stateless answers by reason under the metr
   t.same(stats.dropped, { malformed: 1, unknown_connection: 1, connection_limit: 0, invalid_token: 0, pending_limit: 0, closing: 0 })
   t.same(stats.stateless, { retry: 0, stateless_reset: 0, version_negotiation: 1 })
   t.match(stats, { rxDatagrams: 3, txDatagrams: 1, txDropped: 0 }, 'the endpoint read three datagrams and sent one')
-  const after = QuicEngine.shared().counters()
+  const after = engine().counters()
   t.ok(after.rxDatagrams - before.rxDatagrams >= 3 && after.txDatagrams - before.txDatagrams >= 1, 'the engine total counts them too')
 })

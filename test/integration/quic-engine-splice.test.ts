@@ -11,9 +11,9 @@
  */
 import t from 'tap'
 import { randomBytes } from 'node:crypto'
-import { dial, echoStreams, engineTls, established, listen, nextStream, readToEnd, sha256, writeAll, type Teardown } from '../fixtures/quic-engine.ts'
+import { dial, echoStreams, engine, engineTls, established, listen, nextStream, readToEnd, sha256, writeAll, type Teardown } from '../fixtures/quic-engine.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import { QuicEngine, type TransportOptions } from '../../lib/quic/engine.ts'
+import type { TransportOptions } from '../../lib/quic/engine.ts'
 import type { QuicConnection } from '../../lib/quic/connection.ts'
 import type { QuicStream } from '../../lib/quic/stream.ts'
 
@@ -32,7 +32,7 @@ async function relayed (t: Teardown, subnet: string, options: { readonly header?
   const relay = listen(t, `${subnet}.1`, tls.serverCredentials, {
     ...(options.relayTransport === undefined ? {} : { transport: options.relayTransport }),
     onConnection: (client) => {
-      const upstream = QuicEngine.shared().connect({ address: `${subnet}.2`, port: stargateSide.endpoint.port, serverName: 'pod.stargate.test', alpn: [], credentials: tls.clientCredentials })
+      const upstream = engine().connect({ address: `${subnet}.2`, port: stargateSide.endpoint.port, serverName: 'pod.stargate.test', alpn: [], credentials: tls.clientCredentials })
       t.teardown(() => { upstream.destroy() })
       legs = { client, upstream }
       const twin = (from: QuicStream, to: QuicConnection, leg: 'client' | 'upstream'): void => {
@@ -193,7 +193,7 @@ t.test('datagrams are bridged both ways inside the addon', async (t) => {
 })
 
 t.test('closing one end closes the other with the same code and reason; nothing stays buffered', async (t) => {
-  const before = QuicEngine.shared().counters()
+  const before = engine().counters()
   const r = await relayed(t, '127.0.86')
   echoStreams(r.stargate)
   const s = r.pylon.openStream()
@@ -203,7 +203,7 @@ t.test('closing one end closes the other with the same code and reason; nothing 
   const info = await new Promise<{ code: number, reason: string }>((resolve) => { r.pylon.once('close', (i) => { resolve({ code: i.code, reason: i.reasonText }) }) })
   t.same(info, { code: 42, reason: 'stargate restarting' })
   await waitFor(() => {
-    const now = QuicEngine.shared().counters()
+    const now = engine().counters()
     return now.streams === before.streams && now.bufferedBytes === before.bufferedBytes
   }, { message: 'streams and buffers released' })
   t.pass('no stream or buffer outlives the connections')

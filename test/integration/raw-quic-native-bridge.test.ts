@@ -8,7 +8,8 @@
 import t from 'tap'
 import { QuinnPeer, patternSha256, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
-import { QuicEngine } from '../../lib/quic/engine.ts'
+import type { QuicEngine } from '../../lib/quic/engine.ts'
+import { engine as fixtureEngine } from '../fixtures/quic-engine.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 const skip = await quinnPeerSkip(t)
@@ -23,7 +24,7 @@ t.test('streams beyond the Stargate\'s stream limit wait in the addon and all cr
   await pylon.write(1, first, 'warm up')
   await pylon.finish(1, first)
   t.match(await pylon.recvDone(1, first), { bytes: 7, fin: true })
-  const before = QuicEngine.shared().counters().bridgedStreams
+  const before = fixtureEngine().counters().bridgedStreams
   const ids = await Promise.all(Array.from({ length: 12 }, async () => await pylon.open(1, 'bi')))
   await Promise.all(ids.map(async (id, i) => {
     await pylon.write(1, id, { bytes: 100_000 + i, seed: 40 + i })
@@ -33,7 +34,7 @@ t.test('streams beyond the Stargate\'s stream limit wait in the addon and all cr
   t.same(echoes.map((e) => e.sha256), ids.map((_, i) => patternSha256(40 + i, 100_000 + i)), '12 streams, 2 at a time at the pod, each echoed intact')
   const atPod = stargate.events.filter((e) => e.ev === 'stream').map((e) => (e as { stream: number }).stream)
   t.same(atPod.slice(-12), ids, 'the pod saw the same stream IDs, in order')
-  t.equal(QuicEngine.shared().counters().bridgedStreams - before, 12, 'the addon paired every one')
+  t.equal(fixtureEngine().counters().bridgedStreams - before, 12, 'the addon paired every one')
 })
 
 /**
@@ -63,7 +64,7 @@ function starveRouter (ms: number): void {
 type Counters = ReturnType<QuicEngine['counters']>
 
 /**
- * The shared engine's counters once the earlier tests' connections are gone. Their teardown
+ * The addon's counters (process-wide) once the earlier tests' connections are gone. Their teardown
  * closes them, but a closed connection lives on for its closing period (3 × PTO, longer on a
  * loaded machine): a baseline taken while one still closes would never be met again.
  */
@@ -85,7 +86,7 @@ t.test('a Pylon that closes while its streams wait in the addon for the Stargate
   const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.123' })
   // The pod takes one stream at a time and never finishes it: the rest wait in the addon.
   const stargate = await cluster.addQuinnPod('stargate-0', '127.0.123.10', { accept: 'hold', maxBidiStreams: 1 })
-  const engine = QuicEngine.shared()
+  const engine = fixtureEngine()
   const baseline = await baselineOf(engine)
   const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath })
   await pylon.established(1)
@@ -106,7 +107,7 @@ t.test('a Pylon whose CONNECTION_CLOSE never leaves (quinn 0.11, congestion-bloc
   // A short idle timeout on the router's legs: QUIC's answer to a close that never arrives.
   const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.124', args: ['--relay-idle-timeout-ms', '3000', '--relay-keep-alive-ms', '1000'] })
   const stargate = await cluster.addQuinnPod('stargate-0', '127.0.124.10', { accept: 'sink' })
-  const engine = QuicEngine.shared()
+  const engine = fixtureEngine()
   const baseline = await baselineOf(engine)
   const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath })
   await pylon.established(1)

@@ -9,7 +9,7 @@
 import t from 'tap'
 import { QuinnPeer, patternSha256, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
-import { QuicEngine } from '../../lib/quic/engine.ts'
+import { engine as fixtureEngine } from '../fixtures/quic-engine.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 const skip = await quinnPeerSkip(t)
@@ -24,7 +24,7 @@ t.test('1,000 concurrent no-ALPN quinn tunnels each carry a byte-exact echo, the
   // Dials to the pod get the production default's room (QuicCluster's 1.5 s is for failure tests).
   const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.121', args: ['--connect-timeout-ms', '20000'] })
   const stargate = await cluster.addQuinnPod('stargate-0', '127.0.121.10', { accept: 'echo' })
-  const engine = QuicEngine.shared()
+  const engine = fixtureEngine()
   const started = Date.now()
   const lap = (what: string): void => { t.comment(`${what} after ${Date.now() - started} ms`) }
   const baseline = engine.counters()

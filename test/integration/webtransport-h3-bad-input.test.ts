@@ -6,7 +6,7 @@
  */
 import t from 'tap'
 import { H3Cluster } from '../fixtures/h3-cluster.ts'
-import { QuicEngine } from '../../lib/quic/engine.ts'
+import { engine } from '../fixtures/quic-engine.ts'
 import { ClientCredentials } from '../../lib/quic/credentials.ts'
 import type { QuicCloseInfo, QuicConnection } from '../../lib/quic/connection.ts'
 import { H3_ERROR } from '../../lib/quic/h3/errors.ts'
@@ -19,7 +19,7 @@ const hex = (s: string): Buffer => Buffer.from(s.replace(/\s/g, ''), 'hex')
 const CONTROL = Buffer.concat([hex('00'), encodeSettingsFrame([[0x33, 1], [0x2b603742, 1]])])
 
 async function rawConnection (cluster: H3Cluster): Promise<{ quic: QuicConnection, closed: Promise<QuicCloseInfo> }> {
-  const quic = QuicEngine.shared().connect({
+  const quic = engine().connect({
     address: '127.0.0.1',
     port: cluster.port,
     serverName: cluster.host('stargate-0'),

@@ -10,7 +10,7 @@ import t from 'tap'
 import { H3Cluster } from '../fixtures/h3-cluster.ts'
 import { endWith, readAll } from '../fixtures/h3-wt-session.ts'
 import type { H3PylonResult } from '../fixtures/h3-pylon.ts'
-import { QuicEngine } from '../../lib/quic/engine.ts'
+import { engine } from '../fixtures/quic-engine.ts'
 import { QuicDuplex, QuicStreamError } from '../../lib/quic/stream-duplex.ts'
 import { H3_ERROR } from '../../lib/quic/h3/errors.ts'
 import { patternBytes } from '../fixtures/quinn-peer.ts'
@@ -20,7 +20,7 @@ function session (result: H3PylonResult): NonNullable<H3PylonResult['session']> 
   return result.session
 }
 
-const bridged = (): number => QuicEngine.shared().counters().bridgedStreams
+const bridged = (): number => engine().counters().bridgedStreams
 
 t.test('a bridged session\'s new streams are paired in the addon, bidi and uni both ways, byte for byte', async (t) => {
   const cluster = await H3Cluster.start(t, { pods: ['stargate-0'] })

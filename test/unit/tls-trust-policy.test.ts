@@ -116,9 +116,10 @@ class ManualManager {
   readonly #consumers: Array<TlsConsumer<unknown>> = []
   readonly #listeners: ChangeListener[] = []
   constructor (initial: TlsState) { this.#state = initial }
-  addConsumer<C> (consumer: TlsConsumer<C>): void {
+  addConsumer<C> (consumer: TlsConsumer<C>): () => void {
     consumer.commit(consumer.build(this.#state), this.#state, null)
     this.#consumers.push(consumer as TlsConsumer<unknown>)
+    return () => { this.#consumers.splice(this.#consumers.indexOf(consumer as TlsConsumer<unknown>), 1) }
   }
 
   onChange (listener: ChangeListener): () => void {
@@ -156,7 +157,7 @@ t.test('a follower rebuilds and reports a replacement only when the trust change
   t.same(released, ['runtime 1'], 'the previous runtime object is released')
   t.equal(follower.current().runtime, 'runtime 2')
   t.equal(built.length, 2, 'built once per distinct trust')
-  follower.dispose()
-  follower.dispose()
+  follower.release()
+  follower.release()
   t.same(released, ['runtime 1', 'runtime 2'], 'dispose releases the current one, once')
 })

@@ -39,6 +39,7 @@ import type { TransportOptions } from '../../quic/engine.ts'
 import type { QuicCloseInfo, QuicConnection } from '../../quic/connection.ts'
 import type { QuicProposal } from '../../quic/endpoint.ts'
 import type { ClientCredentials } from '../../quic/credentials.ts'
+import type { UpstreamTrustFollower } from '../../tls/upstream-trust-consumer.ts'
 import type { QuicStream, QuicStreamHandler } from '../../quic/stream.ts'
 import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './metrics.ts'
 import { fillMessage } from '../../error-catalogue.ts'
@@ -51,15 +52,9 @@ import type { DrainMetrics } from '../../drain/drain-metrics.ts'
 /** Close reasons (SPEC §7 wire strings), all with application error code 0: the tunnel port's. */
 export const CLOSE_REASONS = TUNNEL_CLOSE_REASONS
 
-export interface UpstreamCredentials {
-  readonly credentials: ClientCredentials
-  /** Upstream trust generation they were built from (tunnels under an older one are closed on change). */
-  readonly generation: number
-}
-
 export interface RawQuicRelayOptions extends TunnelPortRelayOptions {
-  /** How to verify pods (the current upstream trust). */
-  readonly upstreamCredentials: () => UpstreamCredentials
+  /** How to verify pods: the raw QUIC leg's upstream trust, followed through reloads. */
+  readonly upstream: UpstreamTrustFollower<ClientCredentials>
   /** Transport of both legs (idle timeout, keep-alive). */
   readonly transport: TransportOptions
   readonly metrics: RawQuicMetrics
@@ -254,11 +249,7 @@ export class RawQuicRelay {
       this.#failures.record(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
       return
     }
-    const credentials = this.#options.serverCredentials()
-    if (credentials === null) {
-      proposal.reject()
-      return
-    }
+    const credentials = this.#options.serverCredentials.current()
     // Exactly what the Pylon offered, including nothing: the server picks from that offer.
     const client = proposal.accept({ credentials, alpn: proposal.alpn, transport: this.#options.transport })
     if (client === null) return
@@ -312,8 +303,8 @@ export class RawQuicRelay {
       tunnel.handle = new RawQuicTunnelHandle(this, tunnel, registry.now())
       tunnel.release = registry.add(tunnel.handle)
     }
-    const upstreamCredentials = this.#options.upstreamCredentials()
-    tunnel.generation = upstreamCredentials.generation
+    const trust = this.#options.upstream.current()
+    tunnel.generation = trust.generation
     const alpn = tunnel.client.alpn
     let upstream: QuicConnection
     try {
@@ -322,7 +313,7 @@ export class RawQuicRelay {
         port: target.quicPort,
         serverName: tunnel.sni,
         alpn: alpn === null ? [] : [alpn],
-        credentials: upstreamCredentials.credentials,
+        credentials: trust.runtime,
         transport: { ...this.#options.transport, handshakeTimeoutMs: this.#options.connectTimeoutMs },
       })
     } catch (err) {

@@ -34,7 +34,10 @@ import type { AddressInfo } from 'node:net'
 import http2, {
   constants, type IncomingHttpHeaders, type SecureServerOptions, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2'
-import type { SecureContextOptions, TLSSocket } from 'node:tls'
+import type { SecureContext, SecureContextOptions, TLSSocket } from 'node:tls'
+import type { BuiltSecureContext } from '../../tls/secure-context-consumer.ts'
+import type { TlsFollower } from '../../tls/tls-follower.ts'
+import type { UpstreamTrustFollower } from '../../tls/upstream-trust-consumer.ts'
 import type { SnapshotReader } from '../../discovery/types.ts'
 import type { HostnameTemplate } from '../../routing/hostname-template.ts'
 import type { Logger } from '../../log.ts'
@@ -46,7 +49,7 @@ import { respondIfOpen, type RespondOutcome } from '../../safe-io.ts'
 import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from '../webtransport-capsule.ts'
 import { WEBTRANSPORT_CLOSE_REASONS } from '../errors.ts'
 import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from '../webtransport-connect.ts'
-import { UpstreamDial, type DialAnswer, type DialFailure, type UpstreamTrust } from './upstream.ts'
+import { UpstreamDial, type DialAnswer, type DialFailure } from './upstream.ts'
 import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './bridge.ts'
 import type { WebTransportMetrics } from '../webtransport-metrics.ts'
 import { TUNNEL_CLOSE_REASONS } from '../quic-port.ts'
@@ -60,12 +63,12 @@ export interface WebTransportRelayOptions {
   readonly port: number
   readonly snapshot: SnapshotReader
   readonly template: HostnameTemplate
-  /** The first handshakes' server context (cert, key, and ca when verifying clients). */
-  readonly serverTls: SecureContextOptions
+  /** The server context of new handshakes (cert, key, and ca when verifying clients); reloads reach setSecureContext(). */
+  readonly serverContext: TlsFollower<BuiltSecureContext>
   /** Ask for and verify client certificates (mTLS for Pylons). */
   readonly requireClientCert: boolean
-  /** The upstream trust in force; read per dial. */
-  readonly upstreamTrust: () => UpstreamTrust
+  /** How to verify pods: the HTTP/2 leg's upstream trust, followed through reloads (its key names it); read per dial. */
+  readonly upstream: UpstreamTrustFollower<SecureContext | null>
   readonly connectTimeoutMs: number
   readonly idleTimeoutMs: number
   /** 0 disables keep-alive PINGs. */
@@ -186,7 +189,7 @@ export class WebTransportRelay {
       },
     })
     const serverOptions: SecureServerOptions = {
-      ...options.serverTls,
+      ...options.serverContext.current().options,
       ...hardenedHttp2Options(options, { enableConnectProtocol: true, customSettings: { ...(options.wtSettings ?? DEFAULT_WT_SETTINGS) } }),
       ALPNProtocols: ['h2'],
       requestCert: options.requireClientCert,
@@ -383,7 +386,7 @@ export class WebTransportRelay {
     }
     // Counted once routing succeeded, before the upstream session, as the Rust router counts it.
     this.#options.metrics.sessions.labels('accepted').inc()
-    const trust = this.#options.upstreamTrust()
+    const trust = this.#options.upstream.current()
     // Session setup runs once per session request, next to a TLS handshake and a new upstream
     // connection; the closures here cost nothing by comparison. Per-chunk paths have none.
     let pending: PendingSession | null = null
@@ -392,7 +395,7 @@ export class WebTransportRelay {
       serverName: route.serverName,
       headers: upstreamHeaders(rawHeaders),
       wtSettings: pickWtSettings(session.remoteSettings.customSettings) ?? DEFAULT_WT_SETTINGS,
-      trust,
+      secureContext: trust.runtime,
       timeoutMs: this.#options.connectTimeoutMs,
     }, (failure, answer) => {
       // Reported from the dial's events, after `pending` was set below.
@@ -404,7 +407,7 @@ export class WebTransportRelay {
       stream,
       connection,
       dial,
-      trustKey: trust.key,
+      trustKey: trust.trust.key,
       settled: false,
       onStreamClose: () => { this.#onPendingAbandoned(created) },
     }
@@ -448,7 +451,7 @@ export class WebTransportRelay {
       this.#options.metrics.sessions.labels('relay_error').inc()
       return
     }
-    if (pending.trustKey !== this.#options.upstreamTrust().key) {
+    if (pending.trustKey !== this.#options.upstream.current().trust.key) {
       answer.session.destroy()
       this.#reject(stream, 'upstream_unreachable', null)
       return

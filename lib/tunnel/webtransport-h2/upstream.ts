@@ -18,13 +18,6 @@ import type { SecureContext } from 'node:tls'
 import type { PodTarget } from '../../discovery/types.ts'
 import { WT_SETTING_IDS } from '../webtransport-capsule.ts'
 
-/** Upstream TLS in force; `key` names the trust it verifies with (sessions made under another key are closed on change). */
-export interface UpstreamTrust {
-  /** null with --quic-insecure: the pod's certificate is not verified. */
-  readonly secureContext: SecureContext | null
-  readonly key: string
-}
-
 export type DialFailure = 'upstream_timeout' | 'upstream_unreachable' | 'upstream_no_webtransport' | 'upstream_no_answer'
 
 export interface DialAnswer {
@@ -42,7 +35,8 @@ export interface DialOptions {
   readonly headers: OutgoingHttpHeaders
   /** The Pylon's WebTransport SETTINGS, advertised to the pod as ours. */
   readonly wtSettings: Readonly<Record<number, number>>
-  readonly trust: UpstreamTrust
+  /** The leg's upstream trust in force; null with --quic-insecure: the pod's certificate is not verified. */
+  readonly secureContext: SecureContext | null
   readonly timeoutMs: number
   readonly settings?: Settings
 }
@@ -75,7 +69,7 @@ export class UpstreamDial {
       remoteCustomSettings: WT_SETTING_IDS,
       // The pod's address comes from the snapshot, never from the client (SPEC §12).
       // A missing secureContext means --quic-insecure: no verification.
-      ...(options.trust.secureContext === null ? { rejectUnauthorized: false } : { secureContext: options.trust.secureContext }),
+      ...(options.secureContext === null ? { rejectUnauthorized: false } : { secureContext: options.secureContext }),
     }
     this.session = http2.connect(`https://${options.target.host}:${options.target.quicPort}`, sessionOptions)
     this.session.on('error', (err: Error) => { this.fail('upstream_unreachable', err.message) })

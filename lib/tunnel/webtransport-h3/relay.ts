@@ -19,6 +19,7 @@
 import { X509Certificate } from 'node:crypto'
 import type { QuicConnection } from '../../quic/connection.ts'
 import type { ClientCredentials } from '../../quic/credentials.ts'
+import type { UpstreamTrustFollower } from '../../tls/upstream-trust-consumer.ts'
 import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../../quic/endpoint.ts'
 import type { QuicH3Options } from '../../quic/h3/quic-h3.ts'
 import type { PodTarget } from '../../discovery/types.ts'
@@ -44,16 +45,11 @@ function peerChainOfTunnel (tunnel: WebTransportH3Tunnel): X509Certificate[] {
   return tunnel.down.quic.peerCertificates().map((der) => new X509Certificate(der))
 }
 
-export interface UpstreamQuicTrust {
-  readonly credentials: ClientCredentials
-  /** Names the trust; tunnels dialed under another key are closed when it changes. */
-  readonly key: string
-}
-
 export interface WebTransportH3RelayOptions extends TunnelPortRelayOptions {
   readonly host: string
   readonly port: number
-  readonly upstreamTrust: () => UpstreamQuicTrust
+  /** How to verify pods: the HTTP/3 leg's upstream trust, followed through reloads (its key names it). */
+  readonly upstream: UpstreamTrustFollower<ClientCredentials>
   readonly idleTimeoutMs: number
   /** 0 disables keep-alive PINGs. */
   readonly keepAliveMs: number
@@ -234,17 +230,17 @@ export class WebTransportH3Relay implements TunnelHost {
   // ── TunnelHost ────────────────────────────────────────────────────────────────────
 
   dial (target: PodTarget, serverName: string): { readonly quic: QuicConnection, readonly trustKey: string } | null {
-    const trust = this.#options.upstreamTrust()
+    const trust = this.#options.upstream.current()
     try {
       const quic = this.#options.engine.connect({
         address: target.address,
         port: target.quicPort,
         serverName,
         alpn: ['h3'],
-        credentials: trust.credentials,
+        credentials: trust.runtime,
         transport: { ...this.#transport(), handshakeTimeoutMs: this.#options.connectTimeoutMs },
       })
-      return { quic, trustKey: trust.key }
+      return { quic, trustKey: trust.trust.key }
     } catch (err) {
       this.#options.logger.warn({ target: target.identity, err: (err as Error).message }, 'webtransport http/3 dial could not start')
       return null
@@ -307,8 +303,7 @@ export class WebTransportH3Relay implements TunnelHost {
       this.#failures.record(route.reason, { remote: proposal.address, sni: proposal.sni, alpn: proposal.alpn })
       return proposal.reject()
     }
-    const credentials = this.#options.serverCredentials()
-    if (credentials === null) return proposal.reject()
+    const credentials = this.#options.serverCredentials.current()
     // A Pylon's handshake gets the same bound as the router's dial to a pod.
     const quic = proposal.accept({ credentials, alpn: ['h3'], transport: { ...this.#transport(), handshakeTimeoutMs: this.#options.connectTimeoutMs } })
     if (quic === null) return

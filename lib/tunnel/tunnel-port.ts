@@ -1,0 +1,299 @@
+/**
+ * The tunnel port (SPEC §7), chosen by --tunnel-protocol: raw QUIC on UDP (raw-quic/), or
+ * WebTransport over HTTP/3 on UDP (webtransport-h3/) and over HTTP/2 on TCP of the same number
+ * (webtransport-h2/). Every relay routes by SNI through the same snapshot and hostname template
+ * as registration, takes its TLS from followers of the manager (tunnel-tls.ts), and closes on
+ * trust changes after TRUST_CHANGE_GRACE_MS (SPEC §8):
+ *
+ * - upstream trust: what was dialled under the previous trust (HTTP/3 sessions asked to drain
+ *   first), as registration sessions get the grace;
+ * - client trust (--client-ca-path): the tunnels of Pylons whose certificate no longer verifies.
+ *
+ * What a mode makes (followers, change listeners, listeners, the relays) it releases on close,
+ * and on a failed start what had been made so far: a stopped tunnel port leaves no consumer in
+ * the TLS manager and no credential or endpoint in the engine.
+ */
+import type { AddressInfo } from 'node:net'
+import type { Config } from '../config/config.ts'
+import type { SnapshotReader } from '../discovery/types.ts'
+import type { ConnectionRegistry } from '../drain/connection-registry.ts'
+import type { Logger } from '../log.ts'
+import type { RouterMetrics } from '../metrics/metrics.ts'
+import type { QuicEngine, TransportOptions } from '../quic/engine.ts'
+import type { HostnameTemplate } from '../routing/hostname-template.ts'
+import type { TlsMaterialManager } from '../tls/manager.ts'
+import { TRUST_CHANGE_GRACE_MS } from '../tls/trust-policy.ts'
+import { CLOSE_REASONS, RawQuicRelay } from './raw-quic/relay.ts'
+import { WebTransportRelay } from './webtransport-h2/relay.ts'
+import { H3_CLOSE_REASONS, WebTransportH3Relay } from './webtransport-h3/relay.ts'
+import { followServerContext, followServerCredentials, followUpstreamContext, followUpstreamCredentials, onClientTrustChange, resetSecretOf } from './tunnel-tls.ts'
+
+export interface TunnelContext {
+  readonly config: Config
+  /** The router's QUIC engine (the composition root's; closed after the tunnel). */
+  readonly engine: QuicEngine
+  readonly snapshot: SnapshotReader
+  readonly template: HostnameTemplate
+  readonly tls: Pick<TlsMaterialManager, 'addConsumer' | 'onChange' | 'state'>
+  readonly metrics: RouterMetrics
+  readonly logger: Logger
+  /** Tunnels are registered here to be drained (shutdown, replica balancing). */
+  readonly connections: ConnectionRegistry | null
+}
+
+export interface RunningTunnel {
+  /** The UDP address (raw QUIC, or WebTransport over HTTP/3), when listening. */
+  readonly udp: AddressInfo | null
+  /** The TCP address (WebTransport over HTTP/2), when listening. */
+  readonly tcp: AddressInfo | null
+  /** Shutdown has begun: refuse new tunnels; open ones are drained through the connection registry. */
+  stopAccepting (): void
+  /** Closes every tunnel still open with reason `router shutdown`, stops listening and releases what the mode made. Idempotent. */
+  close (): Promise<void>
+}
+
+export function startTunnel (context: TunnelContext): Promise<RunningTunnel> {
+  return context.config.tunnelProtocol === 'raw-quic' ? startRawQuic(context) : startWebTransport(context)
+}
+
+/** What a mode made, released last made first (on close, or when its start failed). */
+class Made {
+  readonly #releases: Array<() => void> = []
+
+  add (release: () => void): void {
+    this.#releases.push(release)
+  }
+
+  releaseAll (): void {
+    for (let release = this.#releases.pop(); release !== undefined; release = this.#releases.pop()) release()
+  }
+}
+
+async function startRawQuic (context: TunnelContext): Promise<RunningTunnel> {
+  const { config, tls, engine, logger } = context
+  const metrics = context.metrics.quic
+  const transport: TransportOptions = { idleTimeoutMs: config.relayIdleTimeoutMs, keepAliveMs: config.relayKeepAliveMs }
+  const made = new Made()
+  try {
+    const serverCredentials = followServerCredentials(tls, { name: 'raw-quic-server', requireClientCert: config.clientCaPath !== null })
+    made.add(() => { serverCredentials.release() })
+    const upstream = followUpstreamCredentials(tls, {
+      name: 'raw-quic-upstream',
+      leg: 'raw_quic',
+      flags: config,
+      // Called on a reload, never before the relay below exists.
+      onReplaced: (current) => {
+        const closing = relay.closeGeneration(current.generation, TRUST_CHANGE_GRACE_MS)
+        logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing raw quic tunnels verified under the previous trust')
+      },
+    })
+    made.add(() => { upstream.release() })
+    const trust = upstream.current().trust
+    if (trust.kind === 'verify' && trust.caPem === null) {
+      logger.warn('raw quic: no trust bundle for Stargate certificates (no --upstream-tls-cert-path and no --tls-cert-path): tunnels will fail to verify pods; set one, or --quic-insecure')
+    }
+    const relay = new RawQuicRelay({
+      engine,
+      snapshot: context.snapshot,
+      template: context.template,
+      serverCredentials,
+      upstream,
+      transport,
+      connectTimeoutMs: config.connectTimeoutMs,
+      drainGraceMs: config.drainGraceMs,
+      metrics,
+      logger,
+      connections: context.connections,
+      drainMetrics: context.metrics.drain,
+    })
+    made.add(() => { relay.dispose() })
+    made.add(onClientTrustChange(tls, (bundle) => {
+      const closing = relay.closeUntrusted(bundle, TRUST_CHANGE_GRACE_MS)
+      logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'client trust changed: closing raw quic tunnels whose Pylon certificate no longer verifies')
+    }))
+
+    const endpoint = engine.listen({
+      host: config.reverseTunnelListenAddr.host,
+      port: config.reverseTunnelListenAddr.port,
+      onProposal: (proposal) => { relay.propose(proposal) },
+      maxConnections: config.quicMaxConnections,
+      retry: config.quicRetry,
+      retryThreshold: config.quicRetryThreshold,
+      maxHalfOpenPerAddress: config.quicMaxHandshakesPerAddress,
+      // A Pylon's handshake gets the same bound as the router's dial to a pod.
+      transport: { ...transport, handshakeTimeoutMs: config.connectTimeoutMs },
+      resetSecret: resetSecretOf(tls.state()),
+    })
+    made.add(() => { endpoint.close() })
+    metrics.setEndpointSource(() => {
+      const stats = endpoint.stats()
+      return stats === null
+        ? null
+        : { connections: stats.connections + stats.pending, halfOpen: stats.halfOpen, dropped: stats.dropped, stateless: stats.stateless }
+    })
+    metrics.setEngineSource(() => engine.counters())
+    const udp = { address: endpoint.address, port: endpoint.port, family: endpoint.address.includes(':') ? 'IPv6' : 'IPv4' }
+    logger.info({ udp, retry: config.quicRetry, maxConnections: config.quicMaxConnections, upstreamVerify: trust.kind === 'verify' }, 'raw quic tunnel listening')
+
+    let closing: Promise<void> | null = null
+    return {
+      udp,
+      tcp: null,
+      stopAccepting: () => { relay.stopAccepting() },
+      close: () => {
+        closing ??= (async () => {
+          relay.stopAccepting()
+          relay.closeAll(CLOSE_REASONS.shutdown)
+          // The CONNECTION_CLOSE packets leave synchronously; let one turn pass for the events.
+          await new Promise((resolve) => { setImmediate(resolve) })
+          made.releaseAll()
+        })()
+        return closing
+      },
+    }
+  } catch (err) {
+    made.releaseAll()
+    throw err
+  }
+}
+
+async function startWebTransport (context: TunnelContext): Promise<RunningTunnel> {
+  const { config, tls, logger } = context
+  const metrics = context.metrics.webtransport
+  const requireClientCert = config.clientCaPath !== null
+  const made = new Made()
+  try {
+    // HTTP/2 on the TCP port. Both legs follow their trust; the relays exist only below, and
+    // onReplaced runs on a reload, never before.
+    const h2Upstream = followUpstreamContext(tls, {
+      name: 'webtransport-upstream',
+      leg: 'webtransport_h2',
+      flags: config,
+      onReplaced: (current) => {
+        const closed = h2.closeTrust(current.trust.key, TRUST_CHANGE_GRACE_MS)
+        logger.info({ closed }, 'upstream trust changed: closing webtransport sessions bridged under the previous trust')
+      },
+    })
+    made.add(() => { h2Upstream.release() })
+    const h2Context = followServerContext(tls, {
+      name: 'webtransport',
+      requireClientCert,
+      onCommit: (built) => { h2.setSecureContext(built.options) },
+    })
+    made.add(() => { h2Context.release() })
+    const h2 = new WebTransportRelay({
+      host: config.reverseTunnelListenAddr.host,
+      port: config.reverseTunnelListenAddr.port,
+      snapshot: context.snapshot,
+      template: context.template,
+      serverContext: h2Context,
+      requireClientCert,
+      upstream: h2Upstream,
+      connectTimeoutMs: config.connectTimeoutMs,
+      idleTimeoutMs: config.relayIdleTimeoutMs,
+      keepAliveMs: config.relayKeepAliveMs,
+      maxConcurrentStreams: config.http2MaxConcurrentStreams,
+      maxHeaderListSize: config.http2MaxHeaderListBytes,
+      maxSessionsPerConnection: config.webtransportMaxSessionsPerConnection,
+      maxSessions: config.webtransportMaxSessions,
+      metrics,
+      logger,
+      onTlsError: () => { context.metrics.tlsHandshakeFailures.labels('webtransport').inc() },
+      onRapidReset: () => { context.metrics.http2RapidResetCloses.inc() },
+      connections: context.connections,
+      drainMetrics: context.metrics.drain,
+    })
+    made.add(onClientTrustChange(tls, (bundle) => {
+      const closed = h2.closeUntrustedClients(bundle, TRUST_CHANGE_GRACE_MS)
+      logger.info({ closed }, 'client trust changed: closing webtransport sessions whose client certificate no longer verifies')
+    }))
+
+    // HTTP/3 on the UDP port: the engine's credentials follow the same TLS material.
+    const h3Credentials = followServerCredentials(tls, { name: 'webtransport-h3', requireClientCert })
+    made.add(() => { h3Credentials.release() })
+    const h3Upstream = followUpstreamCredentials(tls, {
+      name: 'webtransport-h3-upstream',
+      leg: 'webtransport_h3',
+      flags: config,
+      onReplaced: (current) => {
+        const closed = h3.closeTrust(current.trust.key, TRUST_CHANGE_GRACE_MS)
+        logger.info({ closed }, 'upstream trust changed: closing webtransport http/3 sessions dialed under the previous trust')
+      },
+    })
+    made.add(() => { h3Upstream.release() })
+    const h3 = new WebTransportH3Relay({
+      engine: context.engine,
+      host: config.reverseTunnelListenAddr.host,
+      port: config.reverseTunnelListenAddr.port,
+      snapshot: context.snapshot,
+      template: context.template,
+      serverCredentials: h3Credentials,
+      upstream: h3Upstream,
+      connectTimeoutMs: config.connectTimeoutMs,
+      idleTimeoutMs: config.relayIdleTimeoutMs,
+      keepAliveMs: config.relayKeepAliveMs,
+      drainGraceMs: config.drainGraceMs,
+      maxSessions: config.webtransportMaxSessions,
+      maxSessionsPerConnection: config.webtransportMaxSessionsPerConnection,
+      maxFieldSectionSize: config.http2MaxHeaderListBytes,
+      limits: {
+        maxConnections: config.quicMaxConnections,
+        retry: config.quicRetry,
+        retryThreshold: config.quicRetryThreshold,
+        maxHalfOpenPerAddress: config.quicMaxHandshakesPerAddress,
+      },
+      resetSecret: resetSecretOf(tls.state()),
+      metrics,
+      handshakeFailures: context.metrics.quic.quicHandshakeFailures,
+      logger,
+      connections: context.connections,
+      drainMetrics: context.metrics.drain,
+    })
+    made.add(onClientTrustChange(tls, (bundle) => {
+      const closed = h3.closeUntrustedClients(bundle, TRUST_CHANGE_GRACE_MS)
+      logger.info({ closed }, 'client trust changed: closing webtransport http/3 sessions whose client certificate no longer verifies')
+    }))
+    // Listening ends with the relays' close; a failed start closes them too.
+    made.add(() => { void h2.close(H3_CLOSE_REASONS.shutdown); void h3.close(H3_CLOSE_REASONS.shutdown) })
+
+    // The same port number on UDP (HTTP/3) and TCP (HTTP/2): Pylons dial one address. With port
+    // 0 the kernel picks the UDP number, which may be taken on TCP: then another one is tried.
+    const configuredPort = config.reverseTunnelListenAddr.port
+    let udp: { address: string, port: number }
+    let address: AddressInfo
+    for (let attempt = 1; ; attempt++) {
+      udp = h3.listen(configuredPort)
+      try {
+        address = await h2.listen(udp.port)
+        break
+      } catch (err) {
+        h3.unlisten()
+        if (configuredPort !== 0 || (err as NodeJS.ErrnoException).code !== 'EADDRINUSE' || attempt >= 10) throw err
+      }
+    }
+    const trust = h2Upstream.current().trust
+    logger.info({
+      udp,
+      tcp: address,
+      transports: { http3: `udp ${udp.address}:${udp.port}`, http2: `tcp ${address.address}:${address.port}` },
+      upstreamTrust: trust.kind === 'verify' ? trust.source : trust.kind,
+    }, 'webtransport tunnel listening: http/3 on udp, http/2 on tcp')
+
+    let closing: Promise<void> | null = null
+    return {
+      udp: { address: udp.address, family: udp.address.includes(':') ? 'IPv6' : 'IPv4', port: udp.port },
+      tcp: address,
+      stopAccepting: () => {
+        h2.stopAccepting()
+        h3.stopAccepting()
+      },
+      close: () => {
+        closing ??= Promise.all([h2.close(H3_CLOSE_REASONS.shutdown), h3.close(H3_CLOSE_REASONS.shutdown)]).then(() => { made.releaseAll() })
+        return closing
+      },
+    }
+  } catch (err) {
+    made.releaseAll()
+    throw err
+  }
+}
