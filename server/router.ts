@@ -22,6 +22,7 @@ import { startPeers } from './peers-wiring.ts'
 import { startRebalance } from './rebalance-wiring.ts'
 import { startTunnel, type RunningTunnel } from '../lib/tunnel/tunnel-port.ts'
 import { QuicEngine } from '../lib/quic/engine.ts'
+import type { TlsMaterialManager } from '../lib/tls/manager.ts'
 import { registryLoadSource, registryMover } from '../lib/rebalance/registry-adapter.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
 import { HttpPods } from '../lib/http-forward/pods.ts'
@@ -61,6 +62,10 @@ export interface RunningRouter {
   readonly registrations: RegistrationForwarder
   /** The live connections by kind (front door, tunnels), to drain or count. */
   readonly connections: ConnectionRegistry
+  /** The TLS material every listener and dialer follows (its followers are given back on shutdown). */
+  readonly tls: TlsMaterialManager
+  /** The tunnels' QUIC engine (closed on shutdown). */
+  readonly engine: QuicEngine
   /** Graceful shutdown (SPEC §11), done within the drain timeout + 1 s minus SHUTDOWN_EXIT_MARGIN_MS; idempotent. */
   shutdown (): Promise<void>
 }
@@ -333,5 +338,5 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     })()
     return stopping
   }
-  return { frontDoor: frontDoorAddress, health: healthAddress, tunnel: runningTunnel, snapshot: store, metrics, readiness, upstreamPool, registrations, connections, shutdown }
+  return { frontDoor: frontDoorAddress, health: healthAddress, tunnel: runningTunnel, snapshot: store, metrics, readiness, upstreamPool, registrations, connections, tls: tls.manager, engine, shutdown }
 }
