@@ -61,23 +61,23 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
   let pool: UpstreamPool | null = null
   let pods: HttpPods | null = null
   const releases: Array<() => void> = []
-  const follow = (leg: 'registration' | 'http_forward', onReplaced: (generation: number) => void): (() => UpstreamTls) | null => {
+  const follow = (leg: 'registration' | 'http_forward', onReplaced: (key: string) => void): (() => UpstreamTls) | null => {
     if (upstreamTrustFor(leg, manager.state(), flags).kind === 'cleartext') return null
     const follower = followUpstreamTrust<UpstreamTls>(manager, {
       name: leg === 'registration' ? 'upstream-http2' : 'upstream-http',
       leg,
       flags,
-      build: (trust, generation) => {
+      build: (trust) => {
         if (trust.kind !== 'verify') throw new Error(`${leg} dials pods with verified TLS only`)
-        return { secureContext: upstreamSecureContext(trust), generation }
+        return { secureContext: upstreamSecureContext(trust), key: trust.key }
       },
-      onReplaced: (current) => { onReplaced(current.generation) },
+      onReplaced: (current) => { onReplaced(current.trust.key) },
     })
     releases.push(() => { follower.release() })
     return () => follower.current().runtime
   }
-  const registration = follow('registration', (generation) => {
-    const closed = pool?.closeGeneration(generation, TRUST_CHANGE_GRACE_MS) ?? 0
+  const registration = follow('registration', (key) => {
+    const closed = pool?.closeTrust(key, TRUST_CHANGE_GRACE_MS) ?? 0
     logger.info({ closed, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing registration sessions made under the previous trust')
   })
   const httpForward = follow('http_forward', () => {

@@ -3,7 +3,7 @@
  * per pod, not a connection per call). A pod gets a second session only when the first has
  * as many open streams as the pod allows (its SETTINGS_MAX_CONCURRENT_STREAMS).
  *
- * Sessions are tagged with the trust generation they were made under, so a change of the
+ * Sessions are tagged with the trust key they were made under, so a change of the
  * upstream trust bundle can close exactly the sessions made with the old one; and with their
  * target, so sessions to pods that left the snapshot (or moved to a new IP) are closed
  * gracefully (GOAWAY: open streams finish, no new ones); the pool subscribes to the snapshot
@@ -18,7 +18,8 @@ import { GRPC_ERRORS, grpcError } from './errors.ts'
 /** The upstream TLS material in force, from lib/tls (null: dial h2c). */
 export interface UpstreamTls {
   readonly secureContext: SecureContext
-  readonly generation: number
+  /** Names the upstream trust it verifies with (lib/tls/trust-policy.ts): a change closes what another key made. */
+  readonly key: string
 }
 
 export interface UpstreamPoolOptions {
@@ -64,10 +65,14 @@ interface WaitingOpen {
   readonly callback: OpenStreamCallback<unknown>
 }
 
+/** The trust key of sessions dialled without TLS (h2c). */
+const CLEARTEXT = 'cleartext'
+
 interface PooledSession {
   readonly session: ClientHttp2Session
   readonly key: string
-  readonly generation: number
+  /** The upstream trust key it was made under. */
+  readonly trustKey: string
   connected: boolean
   /** Streams opened through the pool and not yet closed. */
   active: number
@@ -152,10 +157,10 @@ export class UpstreamPool {
     }
     const key = keyOf(target)
     const list = this.#sessions.get(key)
-    const generation = this.#options.tls?.().generation ?? 0
+    const trustKey = this.#options.tls?.().key ?? CLEARTEXT
     if (list !== undefined) {
       for (const pooled of list) {
-        if (pooled.generation !== generation || pooled.session.closed || pooled.session.destroyed) continue
+        if (pooled.trustKey !== trustKey || pooled.session.closed || pooled.session.destroyed) continue
         if (!pooled.connected) return pooled
         const max = pooled.session.remoteSettings.maxConcurrentStreams ?? 0xffffffff
         if (pooled.active < max) return pooled
@@ -177,12 +182,12 @@ export class UpstreamPool {
     }
   }
 
-  /** Closes sessions made under another trust generation: GOAWAY now, destroy after graceMs. */
-  closeGeneration (keepGeneration: number, graceMs: number): number {
+  /** Upstream trust changed: sessions made under another trust key get GOAWAY now and are destroyed after graceMs. */
+  closeTrust (key: string, graceMs: number): number {
     let closed = 0
     for (const list of this.#sessions.values()) {
       for (const pooled of list) {
-        if (pooled.generation === keepGeneration) continue
+        if (pooled.trustKey === key) continue
         closed++
         closeGracefully(pooled.session, graceMs)
       }
@@ -228,7 +233,7 @@ export class UpstreamPool {
       options.ALPNProtocols = ['h2']
     }
     const session = http2.connect(authority, options)
-    const pooled: PooledSession = { session, key, generation: tls?.generation ?? 0, connected: false, active: 0, waiters: [], timer: null }
+    const pooled: PooledSession = { session, key, trustKey: tls?.key ?? CLEARTEXT, connected: false, active: 0, waiters: [], timer: null }
     let list = this.#sessions.get(key)
     if (list === undefined) {
       list = []

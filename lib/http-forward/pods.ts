@@ -16,7 +16,8 @@ export interface HttpPod {
   target: PodTarget
   readonly httpPort: number
   readonly connections: PodConnections
-  readonly generation: number
+  /** The upstream trust key its connections were made under ('cleartext' without TLS). */
+  readonly trustKey: string
   /** Requests holding or waiting for one of its connections: the load the balancer compares. */
   inflight: number
   /** The same by client (client-address.ts), for the per-client share; entries at 0 are deleted. */
@@ -84,7 +85,7 @@ export class HttpPods {
   }
 
   /**
-   * Upstream trust changed: every pool made under another trust generation is replaced; its
+   * Upstream trust changed: every pool made under another trust key is replaced; its
    * requests in flight get graceMs before their connections are destroyed.
    */
   refreshTrust (graceMs: number): void {
@@ -110,17 +111,17 @@ export class HttpPods {
   }
 
   #rebuild (snapshot: TargetSnapshot, graceMs: number = this.#options.closeGraceMs): void {
-    const generation = this.#options.tls?.().generation ?? 0
+    const trustKey = this.#options.tls?.().key ?? 'cleartext'
     const next = new Map<string, HttpPod>()
     for (const target of snapshot.targets) {
       if (target.httpPort === null || !target.serving) continue
       const old = this.#byIdentity.get(target.identity)
-      if (old !== undefined && old.target.address === target.address && old.httpPort === target.httpPort && old.generation === generation) {
+      if (old !== undefined && old.target.address === target.address && old.httpPort === target.httpPort && old.trustKey === trustKey) {
         old.target = target
         next.set(target.identity, old)
         continue
       }
-      next.set(target.identity, this.#create(target, target.httpPort, generation))
+      next.set(target.identity, this.#create(target, target.httpPort, trustKey))
     }
     for (const [identity, pod] of this.#byIdentity) {
       if (next.get(identity) !== pod) void this.#retire(pod, graceMs)
@@ -129,7 +130,7 @@ export class HttpPods {
     this.#candidates = [...next.values()]
   }
 
-  #create (target: PodTarget, httpPort: number, generation: number): HttpPod {
+  #create (target: PodTarget, httpPort: number, trustKey: string): HttpPod {
     const tls = this.#options.tls?.() ?? null
     const origin = `${tls === null ? 'http' : 'https'}://${target.host}:${httpPort}`
     const connections = new PodConnections({
@@ -140,7 +141,7 @@ export class HttpPods {
         ? { timeout: this.#options.connectTimeoutMs }
         : { timeout: this.#options.connectTimeoutMs, secureContext: tls.secureContext, servername: this.#options.serverName(target) },
     })
-    return { target, httpPort, connections, generation, inflight: 0, clients: new Map(), retired: false }
+    return { target, httpPort, connections, trustKey, inflight: 0, clients: new Map(), retired: false }
   }
 
   async #retire (pod: HttpPod, graceMs: number = this.#options.closeGraceMs): Promise<void> {

@@ -31,7 +31,7 @@ interface QuicCloseDoc extends ErrorDoc {
 /**
  * The tunnel port's close reasons, all with application error code 0: raw QUIC CONNECTION_CLOSE
  * and WebTransport (over HTTP/3, and the HTTP/2 relay's close capsules) use the same ones
- * (lib/tunnel/quic-port.ts TUNNEL_CLOSE_REASONS).
+ * (TUNNEL_CLOSE_REASONS below).
  */
 export const QUIC_CLOSE_REASONS = {
   missing_sni: {
@@ -110,6 +110,14 @@ export const WEBTRANSPORT_CLOSE_REASONS = {
 } as const satisfies Record<string, ErrorDoc & { readonly reason: string }>
 
 export type QuicCloseCode = keyof typeof QUIC_CLOSE_REASONS
+
+/**
+ * The close table of every tunnel relay: QUIC_CLOSE_REASONS' wire strings by code (application
+ * error code 0), what raw QUIC, WebTransport over HTTP/3 and over HTTP/2 close with.
+ */
+export const TUNNEL_CLOSE_REASONS: { readonly [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] } = Object.fromEntries(
+  Object.entries(QUIC_CLOSE_REASONS).map(([code, { reason }]) => [code, reason])
+) as { [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] }
 
 /** A refusal from the Initial packet, as the Pylon's QUIC stack reads it. */
 const INITIAL_CLOSE = 'CONNECTION_CLOSE APPLICATION_ERROR (0x0c), no reason'

@@ -3,8 +3,6 @@
  * and WebTransport over HTTP/3 (webtransport-h3/relay.ts, issue 16) are the same port in the
  * two modes, so a Pylon meets the same behaviour in both.
  *
- * - TUNNEL_CLOSE_REASONS: the reasons (application code 0) a peer reads when the router closes
- *   a tunnel (SPEC §7 wire strings).
  * - HandshakeFailureLog: every refused or failed handshake, of a Pylon (refused from its Initial
  *   by SNI routing, or failing on the router's side) or of the router's dial to a pod
  *   (`upstream_*`), is counted in quic_handshake_failures_total{reason} and logged with its
@@ -24,12 +22,6 @@ import type { TlsFollower } from '../tls/tls-follower.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { handshakeFailure } from '../quic/handshake-failure.ts'
 import type { HandshakeFailureLabel } from './raw-quic/metrics.ts'
-import { QUIC_CLOSE_REASONS, type QuicCloseCode } from './errors.ts'
-
-/** Close reasons of the tunnel port (SPEC §7 wire strings), all with application error code 0: QUIC_CLOSE_REASONS' (errors.ts). */
-export const TUNNEL_CLOSE_REASONS: { readonly [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] } = Object.fromEntries(
-  Object.entries(QUIC_CLOSE_REASONS).map(([code, { reason }]) => [code, reason])
-) as { [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] }
 
 /** What both relays of the tunnel port (raw QUIC, WebTransport over HTTP/3) are built with. */
 export interface TunnelPortRelayOptions {

@@ -19,13 +19,17 @@ import type { SnapshotReader } from '../discovery/types.ts'
 import type { ConnectionRegistry } from '../drain/connection-registry.ts'
 import type { Logger } from '../log.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
-import type { QuicEngine, TransportOptions } from '../quic/engine.ts'
+import type { QuicEngine } from '../quic/engine.ts'
+import type { QuicEndpointLimits } from '../quic/endpoint.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { TlsMaterialManager } from '../tls/manager.ts'
+import type { TlsSource } from '../tls/tls-follower.ts'
 import { TRUST_CHANGE_GRACE_MS } from '../tls/trust-policy.ts'
-import { CLOSE_REASONS, RawQuicRelay } from './raw-quic/relay.ts'
+import type { FollowedTrust } from '../tls/upstream-trust-consumer.ts'
+import { RawQuicRelay } from './raw-quic/relay.ts'
+import type { TunnelRelay } from './relay.ts'
 import { WebTransportRelay } from './webtransport-h2/relay.ts'
-import { H3_CLOSE_REASONS, WebTransportH3Relay } from './webtransport-h3/relay.ts'
+import { WebTransportH3Relay } from './webtransport-h3/relay.ts'
 import { followServerContext, followServerCredentials, followUpstreamContext, followUpstreamCredentials, onClientTrustChange, resetSecretOf } from './tunnel-tls.ts'
 
 export interface TunnelContext {
@@ -64,41 +68,66 @@ class Made {
     this.#releases.push(release)
   }
 
+  /** A follower, released with the rest. */
+  keep<F extends { release (): void }> (follower: F): F {
+    this.#releases.push(() => { follower.release() })
+    return follower
+  }
+
   releaseAll (): void {
     for (let release = this.#releases.pop(); release !== undefined; release = this.#releases.pop()) release()
+  }
+}
+
+/** The relay's tunnels dialled under a replaced upstream trust close after the grace (called on a reload, once the relay exists). */
+function closeOnUpstreamChange (relay: () => TunnelRelay<unknown>, logger: Logger): (current: FollowedTrust<unknown>) => void {
+  return (current) => {
+    const tunnels = relay()
+    const closing = tunnels.closeTrust(current.trust.key, TRUST_CHANGE_GRACE_MS)
+    logger.info({ tunnel: tunnels.kind, closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing tunnels dialled under the previous trust')
+  }
+}
+
+/** The relay's tunnels of Pylons the new client trust no longer verifies close after the grace; returns how to stop. */
+function closeOnClientTrustChange (tls: TlsSource, relay: TunnelRelay<unknown>, logger: Logger): () => void {
+  return onClientTrustChange(tls, (bundle) => {
+    const closing = relay.closeUntrustedClients(bundle, TRUST_CHANGE_GRACE_MS)
+    logger.info({ tunnel: relay.kind, closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'client trust changed: closing tunnels whose Pylon certificate no longer verifies')
+  })
+}
+
+/** The UDP port's limits on Initials and handshakes. */
+function endpointLimits (config: Config): QuicEndpointLimits {
+  return {
+    maxConnections: config.quicMaxConnections,
+    retry: config.quicRetry,
+    retryThreshold: config.quicRetryThreshold,
+    maxHalfOpenPerAddress: config.quicMaxHandshakesPerAddress,
   }
 }
 
 async function startRawQuic (context: TunnelContext): Promise<RunningTunnel> {
   const { config, tls, engine, logger } = context
   const metrics = context.metrics.quic
-  const transport: TransportOptions = { idleTimeoutMs: config.relayIdleTimeoutMs, keepAliveMs: config.relayKeepAliveMs }
   const made = new Made()
   try {
-    const serverCredentials = followServerCredentials(tls, { name: 'raw-quic-server', requireClientCert: config.clientCaPath !== null })
-    made.add(() => { serverCredentials.release() })
-    const upstream = followUpstreamCredentials(tls, {
-      name: 'raw-quic-upstream',
-      leg: 'raw_quic',
-      flags: config,
-      // Called on a reload, never before the relay below exists.
-      onReplaced: (current) => {
-        const closing = relay.closeGeneration(current.generation, TRUST_CHANGE_GRACE_MS)
-        logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'upstream trust changed: closing raw quic tunnels verified under the previous trust')
-      },
-    })
-    made.add(() => { upstream.release() })
+    const serverCredentials = made.keep(followServerCredentials(tls, { name: 'raw-quic-server', requireClientCert: config.clientCaPath !== null }))
+    const upstream = made.keep(followUpstreamCredentials(tls, { name: 'raw-quic-upstream', leg: 'raw_quic', flags: config, onReplaced: closeOnUpstreamChange((): TunnelRelay<unknown> => relay, logger) }))
     const trust = upstream.current().trust
     if (trust.kind === 'verify' && trust.caPem === null) {
       logger.warn('raw quic: no trust bundle for Stargate certificates (no --upstream-tls-cert-path and no --tls-cert-path): tunnels will fail to verify pods; set one, or --quic-insecure')
     }
     const relay = new RawQuicRelay({
       engine,
+      host: config.reverseTunnelListenAddr.host,
+      port: config.reverseTunnelListenAddr.port,
+      limits: endpointLimits(config),
+      resetSecret: resetSecretOf(tls.state()),
       snapshot: context.snapshot,
       template: context.template,
       serverCredentials,
       upstream,
-      transport,
+      transport: { idleTimeoutMs: config.relayIdleTimeoutMs, keepAliveMs: config.relayKeepAliveMs },
       connectTimeoutMs: config.connectTimeoutMs,
       drainGraceMs: config.drainGraceMs,
       metrics,
@@ -106,33 +135,17 @@ async function startRawQuic (context: TunnelContext): Promise<RunningTunnel> {
       connections: context.connections,
       drainMetrics: context.metrics.drain,
     })
-    made.add(() => { relay.dispose() })
-    made.add(onClientTrustChange(tls, (bundle) => {
-      const closing = relay.closeUntrusted(bundle, TRUST_CHANGE_GRACE_MS)
-      logger.info({ closing, graceMs: TRUST_CHANGE_GRACE_MS }, 'client trust changed: closing raw quic tunnels whose Pylon certificate no longer verifies')
-    }))
-
-    const endpoint = engine.listen({
-      host: config.reverseTunnelListenAddr.host,
-      port: config.reverseTunnelListenAddr.port,
-      onProposal: (proposal) => { relay.propose(proposal) },
-      maxConnections: config.quicMaxConnections,
-      retry: config.quicRetry,
-      retryThreshold: config.quicRetryThreshold,
-      maxHalfOpenPerAddress: config.quicMaxHandshakesPerAddress,
-      // A Pylon's handshake gets the same bound as the router's dial to a pod.
-      transport: { ...transport, handshakeTimeoutMs: config.connectTimeoutMs },
-      resetSecret: resetSecretOf(tls.state()),
-    })
-    made.add(() => { endpoint.close() })
+    made.add(() => { void relay.close() })
+    made.add(closeOnClientTrustChange(tls, relay, logger))
+    const listening = relay.listen()
     metrics.setEndpointSource(() => {
-      const stats = endpoint.stats()
+      const stats = relay.endpoint?.stats() ?? null
       return stats === null
         ? null
         : { connections: stats.connections + stats.pending, halfOpen: stats.halfOpen, dropped: stats.dropped, stateless: stats.stateless }
     })
     metrics.setEngineSource(() => engine.counters())
-    const udp = { address: endpoint.address, port: endpoint.port, family: endpoint.address.includes(':') ? 'IPv6' : 'IPv4' }
+    const udp = { address: listening.address, port: listening.port, family: listening.address.includes(':') ? 'IPv6' : 'IPv4' }
     logger.info({ udp, retry: config.quicRetry, maxConnections: config.quicMaxConnections, upstreamVerify: trust.kind === 'verify' }, 'raw quic tunnel listening')
 
     let closing: Promise<void> | null = null
@@ -141,13 +154,7 @@ async function startRawQuic (context: TunnelContext): Promise<RunningTunnel> {
       tcp: null,
       stopAccepting: () => { relay.stopAccepting() },
       close: () => {
-        closing ??= (async () => {
-          relay.stopAccepting()
-          relay.closeAll(CLOSE_REASONS.shutdown)
-          // The CONNECTION_CLOSE packets leave synchronously; let one turn pass for the events.
-          await new Promise((resolve) => { setImmediate(resolve) })
-          made.releaseAll()
-        })()
+        closing ??= relay.close().then(() => { made.releaseAll() })
         return closing
       },
     }
@@ -165,22 +172,17 @@ async function startWebTransport (context: TunnelContext): Promise<RunningTunnel
   try {
     // HTTP/2 on the TCP port. Both legs follow their trust; the relays exist only below, and
     // onReplaced runs on a reload, never before.
-    const h2Upstream = followUpstreamContext(tls, {
+    const h2Upstream = made.keep(followUpstreamContext(tls, {
       name: 'webtransport-upstream',
       leg: 'webtransport_h2',
       flags: config,
-      onReplaced: (current) => {
-        const closed = h2.closeTrust(current.trust.key, TRUST_CHANGE_GRACE_MS)
-        logger.info({ closed }, 'upstream trust changed: closing webtransport sessions bridged under the previous trust')
-      },
-    })
-    made.add(() => { h2Upstream.release() })
-    const h2Context = followServerContext(tls, {
+      onReplaced: closeOnUpstreamChange((): TunnelRelay<unknown> => h2, logger),
+    }))
+    const h2Context = made.keep(followServerContext(tls, {
       name: 'webtransport',
       requireClientCert,
       onCommit: (built) => { h2.setSecureContext(built.options) },
-    })
-    made.add(() => { h2Context.release() })
+    }))
     const h2 = new WebTransportRelay({
       host: config.reverseTunnelListenAddr.host,
       port: config.reverseTunnelListenAddr.port,
@@ -203,24 +205,16 @@ async function startWebTransport (context: TunnelContext): Promise<RunningTunnel
       connections: context.connections,
       drainMetrics: context.metrics.drain,
     })
-    made.add(onClientTrustChange(tls, (bundle) => {
-      const closed = h2.closeUntrustedClients(bundle, TRUST_CHANGE_GRACE_MS)
-      logger.info({ closed }, 'client trust changed: closing webtransport sessions whose client certificate no longer verifies')
-    }))
+    made.add(closeOnClientTrustChange(tls, h2, logger))
 
     // HTTP/3 on the UDP port: the engine's credentials follow the same TLS material.
-    const h3Credentials = followServerCredentials(tls, { name: 'webtransport-h3', requireClientCert })
-    made.add(() => { h3Credentials.release() })
-    const h3Upstream = followUpstreamCredentials(tls, {
+    const h3Credentials = made.keep(followServerCredentials(tls, { name: 'webtransport-h3', requireClientCert }))
+    const h3Upstream = made.keep(followUpstreamCredentials(tls, {
       name: 'webtransport-h3-upstream',
       leg: 'webtransport_h3',
       flags: config,
-      onReplaced: (current) => {
-        const closed = h3.closeTrust(current.trust.key, TRUST_CHANGE_GRACE_MS)
-        logger.info({ closed }, 'upstream trust changed: closing webtransport http/3 sessions dialed under the previous trust')
-      },
-    })
-    made.add(() => { h3Upstream.release() })
+      onReplaced: closeOnUpstreamChange((): TunnelRelay<unknown> => h3, logger),
+    }))
     const h3 = new WebTransportH3Relay({
       engine: context.engine,
       host: config.reverseTunnelListenAddr.host,
@@ -236,12 +230,7 @@ async function startWebTransport (context: TunnelContext): Promise<RunningTunnel
       maxSessions: config.webtransportMaxSessions,
       maxSessionsPerConnection: config.webtransportMaxSessionsPerConnection,
       maxFieldSectionSize: config.http2MaxHeaderListBytes,
-      limits: {
-        maxConnections: config.quicMaxConnections,
-        retry: config.quicRetry,
-        retryThreshold: config.quicRetryThreshold,
-        maxHalfOpenPerAddress: config.quicMaxHandshakesPerAddress,
-      },
+      limits: endpointLimits(config),
       resetSecret: resetSecretOf(tls.state()),
       metrics,
       handshakeFailures: context.metrics.quic.quicHandshakeFailures,
@@ -249,12 +238,9 @@ async function startWebTransport (context: TunnelContext): Promise<RunningTunnel
       connections: context.connections,
       drainMetrics: context.metrics.drain,
     })
-    made.add(onClientTrustChange(tls, (bundle) => {
-      const closed = h3.closeUntrustedClients(bundle, TRUST_CHANGE_GRACE_MS)
-      logger.info({ closed }, 'client trust changed: closing webtransport http/3 sessions whose client certificate no longer verifies')
-    }))
+    made.add(closeOnClientTrustChange(tls, h3, logger))
     // Listening ends with the relays' close; a failed start closes them too.
-    made.add(() => { void h2.close(H3_CLOSE_REASONS.shutdown); void h3.close(H3_CLOSE_REASONS.shutdown) })
+    made.add(() => { void h2.close(); void h3.close() })
 
     // The same port number on UDP (HTTP/3) and TCP (HTTP/2): Pylons dial one address. With port
     // 0 the kernel picks the UDP number, which may be taken on TCP: then another one is tried.
@@ -288,7 +274,7 @@ async function startWebTransport (context: TunnelContext): Promise<RunningTunnel
         h3.stopAccepting()
       },
       close: () => {
-        closing ??= Promise.all([h2.close(H3_CLOSE_REASONS.shutdown), h3.close(H3_CLOSE_REASONS.shutdown)]).then(() => { made.releaseAll() })
+        closing ??= Promise.all([h2.close(), h3.close()]).then(() => { made.releaseAll() })
         return closing
       },
     }

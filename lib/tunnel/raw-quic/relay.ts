@@ -17,7 +17,7 @@
  *   CONNECTION_CLOSE code and reason carried to the other leg: 'completed' or 'relay_error'
  *
  * Streams the Pylon opens while the pod leg is still connecting wait unread (flow control
- * holds the Pylon back). Reasons sent to a peer are from CLOSE_REASONS or name the failure by
+ * holds the Pylon back). Reasons sent to a peer are from TUNNEL_CLOSE_REASONS or name the failure by
  * a short code, never an internal error message (issue 14).
  *
  * Tunnels follow the snapshot (issue 15): when their pod leaves the ready set (or moves to
@@ -32,27 +32,31 @@
  */
 import { X509Certificate } from 'node:crypto'
 import type { TrustBundle } from '../../tls/types.ts'
-import { untrustedConnections } from '../../tls/trust-policy.ts'
-import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { HandshakeFailureLog, PodDrain, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { GraceCloser } from '../grace-closer.ts'
+import type { TunnelKind, TunnelRelay } from '../relay.ts'
 import { resolveSni } from '../../routing/resolve.ts'
 import type { TransportOptions } from '../../quic/engine.ts'
 import type { QuicCloseInfo, QuicConnection } from '../../quic/connection.ts'
-import type { QuicProposal } from '../../quic/endpoint.ts'
+import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../../quic/endpoint.ts'
 import type { ClientCredentials } from '../../quic/credentials.ts'
 import type { UpstreamTrustFollower } from '../../tls/upstream-trust-consumer.ts'
 import type { QuicStream, QuicStreamHandler } from '../../quic/stream.ts'
 import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './metrics.ts'
 import { fillMessage } from '../../error-catalogue.ts'
-import { STREAM_REFUSALS } from '../errors.ts'
-import type { ConnectionRegistry, Release } from '../../drain/connection-registry.ts'
-import type { ConnectionKind, DrainableConnection } from '../../drain/connection-kinds.ts'
+import { STREAM_REFUSALS, TUNNEL_CLOSE_REASONS } from '../errors.ts'
+import type { ConnectionRegistry } from '../../drain/connection-registry.ts'
+import { TunnelHandle } from '../tunnel-handle.ts'
 import { tunnelCloseReasonOf, type DrainReason } from '../../drain/drain-reasons.ts'
 import type { DrainMetrics } from '../../drain/drain-metrics.ts'
 
-/** Close reasons (SPEC §7 wire strings), all with application error code 0: the tunnel port's. */
-export const CLOSE_REASONS = TUNNEL_CLOSE_REASONS
-
 export interface RawQuicRelayOptions extends TunnelPortRelayOptions {
+  readonly host: string
+  readonly port: number
+  /** The endpoint's limits on Initials and handshakes (--quic-max-connections, Retry, per address). */
+  readonly limits?: QuicEndpointLimits
+  /** Stateless reset key (see QuicListenOptions.resetSecret). */
+  readonly resetSecret?: Uint8Array | null
   /** How to verify pods: the raw QUIC leg's upstream trust, followed through reloads. */
   readonly upstream: UpstreamTrustFollower<ClientCredentials>
   /** Transport of both legs (idle timeout, keep-alive). */
@@ -71,7 +75,8 @@ interface Tunnel {
   /** ALPN protocols the Pylon offered (for failure logs). */
   readonly offered: readonly string[]
   identity: string
-  generation: number
+  /** The upstream trust key the pod leg was dialled under ('' before the dial). */
+  trustKey: string
   upstream: QuicConnection | null
   upstreamReady: boolean
   /** Pylon streams that arrived before the pod leg was up. */
@@ -82,55 +87,30 @@ interface Tunnel {
   readonly next: { client: { bidi: number, uni: number }, upstream: { bidi: number, uni: number } }
   readonly ahead: Map<string, QuicStream>
   ended: boolean
-  graceTimer: NodeJS.Timeout | null
   /** Bytes of legs already gone (their stats are read while they live). */
   closedBytes: { clientToStargate: number, stargateToClient: number }
   /** Streams each leg refused while draining, of legs already gone. */
   refused: { pylon: number, stargate: number }
-  /** Its handle in the connection registry (set once relayed), and how to leave it. */
+  /** Its handle in the connection registry (set once relayed). */
   handle: RawQuicTunnelHandle | null
-  release: Release | null
 }
 
 /**
- * A relayed tunnel as the connection registry sees it (lib/drain): draining refuses new
+ * A relayed tunnel in the connection registry (../tunnel-handle.ts): draining refuses new
  * streams on both legs (native/src/drain.c, code STREAM_REFUSALS.draining), lets the open
  * ones run to completion, and closes both legs with the reason once neither has one left.
  */
-class RawQuicTunnelHandle implements DrainableConnection {
-  readonly kind: ConnectionKind = 'raw_quic'
-  readonly openedAt: number
+class RawQuicTunnelHandle extends TunnelHandle {
   readonly relay: RawQuicRelay
-  readonly tunnel: Tunnel
-  reason: DrainReason | null = null
   /** Legs whose drain waits for their last stream. */
   readonly busy = new Set<Leg>()
-  #done: Promise<void> | null = null
-  #resolve: (() => void) | null = null
 
   constructor (relay: RawQuicRelay, tunnel: Tunnel, openedAt: number) {
-    this.relay = relay
-    this.tunnel = tunnel
-    this.openedAt = openedAt
-  }
-
-  drain (reason: DrainReason): Promise<void> {
-    this.#done ??= new Promise((resolve) => {
-      this.#resolve = resolve
-      this.reason = reason
-      this.relay.drainTunnel(this.tunnel)
+    super('raw_quic', openedAt, {
+      drain: () => { relay.drainTunnel(tunnel) },
+      abort: (reason) => { relay.abortTunnel(tunnel, reason) },
     })
-    return this.#done
-  }
-
-  abort (reason: DrainReason): void {
-    this.relay.abortTunnel(this.tunnel, reason)
-  }
-
-  /** The tunnel ended (drained or not). */
-  ended (): void {
-    this.#resolve?.()
-    this.#done ??= Promise.resolve()
+    this.relay = relay
   }
 }
 
@@ -158,30 +138,49 @@ function peerChainOfTunnel (tunnel: Tunnel): X509Certificate[] {
   return tunnel.client.peerCertificates().map((der) => new X509Certificate(der))
 }
 
-export class RawQuicRelay {
+export class RawQuicRelay implements TunnelRelay<QuicProposal> {
+  readonly kind: TunnelKind = 'raw_quic'
   readonly #options: RawQuicRelayOptions
   readonly #tunnels = new Set<Tunnel>()
   readonly #ended = { clientToStargate: 0, stargateToClient: 0 }
   /** Relayed tunnels follow the snapshot (closed when their pod leaves the ready set). */
   readonly #drain: PodDrain<Tunnel>
+  /** Tunnels closing after a trust change's grace. */
+  readonly #grace = new GraceCloser<Tunnel>((tunnel, reason) => { this.#closeBoth(tunnel, reason, 'completed') })
   readonly #failures: HandshakeFailureLog
+  #endpoint: QuicEndpoint | null = null
   #accepting = true
+  #closing: Promise<void> | null = null
 
   constructor (options: RawQuicRelayOptions) {
     this.#options = options
     this.#failures = new HandshakeFailureLog({ counter: options.metrics.quicHandshakeFailures, logger: options.logger, message: 'raw quic handshake refused' })
     options.metrics.setRelayedBytesSource(() => this.relayedBytes())
-    this.#drain = new PodDrain({ snapshot: options.snapshot, graceMs: options.drainGraceMs, onDrained: (tunnel) => { this.#closeBoth(tunnel, CLOSE_REASONS.target_left, 'completed') } })
-  }
-
-  /** Stops following the snapshot (shutdown). */
-  dispose (): void {
-    this.#drain.dispose()
+    this.#drain = new PodDrain({ snapshot: options.snapshot, graceMs: options.drainGraceMs, onDrained: (tunnel) => { this.#closeBoth(tunnel, TUNNEL_CLOSE_REASONS.target_left, 'completed') } })
   }
 
   /** Tunnels being relayed (or dialing their Stargate) now. */
   get active (): number {
     return this.#tunnels.size
+  }
+
+  get endpoint (): QuicEndpoint | null {
+    return this.#endpoint
+  }
+
+  /** Binds the UDP port; throws (with the errno code) when it cannot. */
+  listen (): { readonly address: string, readonly port: number } {
+    const { engine, host, port, transport, connectTimeoutMs } = this.#options
+    this.#endpoint = engine.listen({
+      host,
+      port,
+      ...this.#options.limits,
+      resetSecret: this.#options.resetSecret ?? null,
+      // A Pylon's handshake gets the same bound as the router's dial to a pod.
+      transport: { ...transport, handshakeTimeoutMs: connectTimeoutMs },
+      onProposal: (proposal) => { this.propose(proposal) },
+    })
+    return { address: this.#endpoint.address, port: this.#endpoint.port }
   }
 
   relayedBytes (): RelayedBytes {
@@ -201,34 +200,29 @@ export class RawQuicRelay {
     this.#accepting = false
   }
 
-  /** Closes every tunnel (both legs) with application code 0 and reason. */
-  closeAll (reason: string): void {
-    for (const tunnel of [...this.#tunnels]) this.#closeBoth(tunnel, reason, 'completed')
+  /**
+   * Every tunnel is closed on both legs with application code 0 and the reason, then the
+   * endpoint once the close packets have left. Idempotent.
+   */
+  close (reason: string = TUNNEL_CLOSE_REASONS.shutdown): Promise<void> {
+    this.#closing ??= (async () => {
+      this.#accepting = false
+      this.#grace.clear()
+      this.#drain.dispose()
+      for (const tunnel of [...this.#tunnels]) this.#closeBoth(tunnel, reason, 'completed')
+      // The CONNECTION_CLOSE packets leave synchronously; let one turn pass for the events.
+      await new Promise((resolve) => { setImmediate(resolve) })
+      this.#endpoint?.close()
+    })()
+    return this.#closing
   }
 
-  /**
-   * Upstream trust changed (SPEC §8): tunnels whose Stargate leg was verified under an older
-   * trust generation are closed after graceMs. Returns how many were scheduled.
-   */
-  closeGeneration (current: number, graceMs: number): number {
-    let count = 0
-    for (const tunnel of this.#tunnels) {
-      if (tunnel.generation >= current || tunnel.graceTimer !== null) continue
-      count++
-      this.#closeLater(tunnel, CLOSE_REASONS.trust_replaced, graceMs)
-    }
-    return count
+  closeTrust (key: string, graceMs: number): number {
+    return this.#grace.closeTrust(this.#tunnels, (tunnel) => tunnel.trustKey === '' ? null : tunnel.trustKey, key, graceMs).length
   }
 
-  /**
-   * Client trust changed (SPEC §8): tunnels whose Pylon certificate does not verify against the
-   * new bundle are closed after graceMs (tunnels without one are left alone: no mTLS then).
-   */
-  closeUntrusted (bundle: TrustBundle, graceMs: number, now = new Date()): number {
-    const open = [...this.#tunnels].filter((tunnel) => tunnel.graceTimer === null)
-    const untrusted = untrustedConnections(open, peerChainOfTunnel, bundle, now)
-    for (const tunnel of untrusted) this.#closeLater(tunnel, CLOSE_REASONS.client_trust_replaced, graceMs)
-    return untrusted.length
+  closeUntrustedClients (bundle: TrustBundle, graceMs: number, now = new Date()): number {
+    return this.#grace.closeUntrusted(this.#tunnels, peerChainOfTunnel, bundle, graceMs, now).length
   }
 
   /**
@@ -258,7 +252,7 @@ export class RawQuicRelay {
       sni: proposal.sni ?? '',
       offered: proposal.alpn,
       identity: route.target.identity,
-      generation: 0,
+      trustKey: '',
       upstream: null,
       upstreamReady: false,
       waiting: [],
@@ -266,11 +260,9 @@ export class RawQuicRelay {
       next: { client: { bidi: 0, uni: 2 }, upstream: { bidi: 1, uni: 3 } },
       ahead: new Map(),
       ended: false,
-      graceTimer: null,
       closedBytes: { clientToStargate: 0, stargateToClient: 0 },
       refused: { pylon: 0, stargate: 0 },
       handle: null,
-      release: null,
     }
     client.data = tunnel
     client.on('stream', (stream) => { this.#onStream(tunnel, 'client', stream) })
@@ -282,14 +274,14 @@ export class RawQuicRelay {
   #onClientEstablished (tunnel: Tunnel): void {
     const { metrics, logger } = this.#options
     if (!this.#accepting) {
-      tunnel.client.close(0, CLOSE_REASONS.shutdown)
+      tunnel.client.close(0, TUNNEL_CLOSE_REASONS.shutdown)
       return
     }
     // Routed again: the pod may have left the ready set during the handshake.
     const route = resolveSni(tunnel.sni, this.#options.snapshot.current(), this.#options.template)
     if (!route.ok) {
       metrics.quicConnections.labels(route.reason).inc()
-      tunnel.client.close(0, CLOSE_REASONS[route.reason])
+      tunnel.client.close(0, TUNNEL_CLOSE_REASONS[route.reason])
       return
     }
     const target = route.target
@@ -301,10 +293,10 @@ export class RawQuicRelay {
     const registry = this.#options.connections ?? null
     if (registry !== null) {
       tunnel.handle = new RawQuicTunnelHandle(this, tunnel, registry.now())
-      tunnel.release = registry.add(tunnel.handle)
+      tunnel.handle.register(registry)
     }
     const trust = this.#options.upstream.current()
-    tunnel.generation = trust.generation
+    tunnel.trustKey = trust.trust.key
     const alpn = tunnel.client.alpn
     let upstream: QuicConnection
     try {
@@ -352,7 +344,7 @@ export class RawQuicRelay {
    */
   drainTunnel (tunnel: Tunnel): void {
     if (tunnel.ended) {
-      tunnel.handle?.ended()
+      tunnel.handle?.gone()
       return
     }
     this.#drainLeg(tunnel, 'client')
@@ -501,7 +493,7 @@ export class RawQuicRelay {
         other?.close(info.code, info.reason, info.app)
         break
       case 'idle':
-        other?.close(0, fillMessage(CLOSE_REASONS.leg_idle, { side }))
+        other?.close(0, fillMessage(TUNNEL_CLOSE_REASONS.leg_idle, { side }))
         break
       case 'local':
         // We closed this leg ourselves (closeBoth, shutdown): the other leg got the same.
@@ -513,7 +505,7 @@ export class RawQuicRelay {
       case 'unreachable':
       case 'destroyed':
         outcome = 'relay_error'
-        other?.close(0, fillMessage(CLOSE_REASONS.leg_failed, { side, kind: info.kind.replace('_', ' ') }))
+        other?.close(0, fillMessage(TUNNEL_CLOSE_REASONS.leg_failed, { side, kind: info.kind.replace('_', ' ') }))
         break
       default: {
         const never: never = info.kind
@@ -527,16 +519,6 @@ export class RawQuicRelay {
     this.#end(tunnel, outcome, `${leg} ${info.kind}: ${info.reasonText === '' ? `code ${info.code}` : info.reasonText}`, first)
   }
 
-  #closeLater (tunnel: Tunnel, reason: string, graceMs: number): void {
-    tunnel.graceTimer = setTimeout(RawQuicRelay.#onGrace, graceMs, this, tunnel, reason)
-    tunnel.graceTimer.unref()
-  }
-
-  static #onGrace (relay: RawQuicRelay, tunnel: Tunnel, reason: string): void {
-    tunnel.graceTimer = null
-    relay.#closeBoth(tunnel, reason, 'completed')
-  }
-
   #closeBoth (tunnel: Tunnel, reason: string, outcome: QuicOutcome): void {
     if (tunnel.ended) return
     tunnel.client.close(0, reason)
@@ -547,8 +529,7 @@ export class RawQuicRelay {
   #end (tunnel: Tunnel, outcome: QuicOutcome, reason: string, first?: LegEnd): void {
     if (tunnel.ended) return
     tunnel.ended = true
-    if (tunnel.graceTimer !== null) clearTimeout(tunnel.graceTimer)
-    tunnel.graceTimer = null
+    this.#grace.forget(tunnel)
     if (!this.#tunnels.delete(tunnel)) return
     this.#drain.forget(tunnel)
     // Bytes of legs that are still closing are counted now; they relay nothing more.
@@ -574,8 +555,7 @@ export class RawQuicRelay {
       if (tunnel.refused.pylon > 0) refused.labels('raw_quic', 'pylon').inc(tunnel.refused.pylon)
       if (tunnel.refused.stargate > 0) refused.labels('raw_quic', 'stargate').inc(tunnel.refused.stargate)
     }
-    tunnel.release?.()
-    tunnel.handle?.ended()
+    tunnel.handle?.gone()
     const drained = tunnel.handle?.reason ?? null
     logger.info({ target: tunnel.identity, outcome, reason, ...(first === undefined ? {} : { first }), ...(drained === null ? {} : { drained, refused: tunnel.refused }) }, 'raw quic tunnel closed')
   }

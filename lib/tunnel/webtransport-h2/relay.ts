@@ -47,15 +47,16 @@ import { untrustedConnections } from '../../tls/trust-policy.ts'
 import { Http2StreamGuard, hardenedHttp2Options } from '../../http2-server.ts'
 import { respondIfOpen, type RespondOutcome } from '../../safe-io.ts'
 import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from '../webtransport-capsule.ts'
-import { WEBTRANSPORT_CLOSE_REASONS } from '../errors.ts'
+import { TUNNEL_CLOSE_REASONS, WEBTRANSPORT_CLOSE_REASONS } from '../errors.ts'
 import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from '../webtransport-connect.ts'
 import { UpstreamDial, type DialAnswer, type DialFailure } from './upstream.ts'
 import { CLOSE_GRACE_MS, WebTransportBridge, type BridgeEnd, type CoarseClock } from './bridge.ts'
 import type { WebTransportMetrics } from '../webtransport-metrics.ts'
-import { TUNNEL_CLOSE_REASONS } from '../quic-port.ts'
-import type { ConnectionRegistry, Release } from '../../drain/connection-registry.ts'
-import type { ConnectionKind, DrainableConnection } from '../../drain/connection-kinds.ts'
-import { tunnelCloseReasonOf, type DrainReason } from '../../drain/drain-reasons.ts'
+import { GraceCloser } from '../grace-closer.ts'
+import type { TunnelKind, TunnelRelay } from '../relay.ts'
+import type { ConnectionRegistry } from '../../drain/connection-registry.ts'
+import { TunnelHandle } from '../tunnel-handle.ts'
+import { tunnelCloseReasonOf } from '../../drain/drain-reasons.ts'
 import type { DrainMetrics } from '../../drain/drain-metrics.ts'
 
 export interface WebTransportRelayOptions {
@@ -90,46 +91,6 @@ export interface WebTransportRelayOptions {
   readonly drainMetrics?: DrainMetrics | null
 }
 
-/**
- * A bridged session as the connection registry sees it (lib/drain): the Pylon's HTTP/2
- * connection gets GOAWAY (no new session on it), the session drains (bridge.ts),
- * done when the bridge ended.
- */
-class H2SessionHandle implements DrainableConnection {
-  readonly kind: ConnectionKind = 'webtransport_h2'
-  readonly openedAt: number
-  readonly bridge: WebTransportBridge
-  release: Release | null = null
-  #done: Promise<void> | null = null
-  #resolve: (() => void) | null = null
-  #gone = false
-
-  constructor (bridge: WebTransportBridge, openedAt: number) {
-    this.bridge = bridge
-    this.openedAt = openedAt
-  }
-
-  drain (reason: DrainReason): Promise<void> {
-    if (this.#done !== null) return this.#done
-    if (this.#gone) return (this.#done = Promise.resolve())
-    this.#done = new Promise((resolve) => { this.#resolve = resolve })
-    const session = this.bridge.downstreamSession
-    if (session !== undefined && !session.closed && !session.destroyed) session.close()
-    this.bridge.drain(tunnelCloseReasonOf(reason))
-    return this.#done
-  }
-
-  abort (): void {
-    this.bridge.destroy()
-  }
-
-  gone (): void {
-    this.#gone = true
-    this.release?.()
-    this.#resolve?.()
-  }
-}
-
 /** The coarse tick: at most this, and a quarter of the idle timeout or half the keep-alive interval below that. */
 const MAX_TICK_MS = 1000
 const MIN_TICK_MS = 20
@@ -153,11 +114,19 @@ interface PendingSession {
   readonly onStreamClose: () => void
 }
 
+/** A session request a Pylon opened on one of its HTTP/2 connections (past the stream guard). */
+export interface H2SessionRequest {
+  readonly stream: ServerHttp2Stream
+  readonly headers: IncomingHttpHeaders
+  readonly rawHeaders: readonly string[]
+}
+
 function ignore (): void {
   // Stream errors show up as 'close' with an rstCode; the owner handles that.
 }
 
-export class WebTransportRelay {
+export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
+  readonly kind: TunnelKind = 'webtransport_h2'
   readonly #options: WebTransportRelayOptions
   readonly #server: http2.Http2SecureServer
   readonly #guard: Http2StreamGuard
@@ -167,11 +136,12 @@ export class WebTransportRelay {
   readonly #settingsWarned = new Set<string>()
   readonly #bridges = new Set<WebTransportBridge>()
   /** Bridges waiting out the grace of a trust-change close (SPEC §8). */
-  readonly #graceTimers = new Map<WebTransportBridge, NodeJS.Timeout>()
+  readonly #grace = new GraceCloser<WebTransportBridge>((bridge, reason) => { bridge.close(0, reason, 'trust_replaced') })
   /** The Pylon connection each bridge's session counts against. */
   readonly #bridgeConnections = new Map<WebTransportBridge, DownstreamConnection>()
   readonly #pending = new Set<PendingSession>()
-  readonly #handles = new Map<WebTransportBridge, H2SessionHandle>()
+  /** Bridged sessions in the connection registry. */
+  readonly #handles = new Map<WebTransportBridge, TunnelHandle>()
   readonly #clock: CoarseClock = { now: Date.now() }
   #tick: NodeJS.Timeout | null = null
   #accepting = true
@@ -264,43 +234,25 @@ export class WebTransportRelay {
     for (const session of this.#sessions.keys()) if (!session.closed) session.close()
   }
 
-  /**
-   * Upstream trust changed (SPEC §8): bridged sessions verified under another trust are closed
-   * after graceMs (outcome trust_replaced), as raw QUIC tunnels are. Returns how many.
-   */
-  closeTrust (currentKey: string, graceMs: number): number {
-    let count = 0
-    for (const bridge of this.#bridges) {
-      if (bridge.trustKey === currentKey || this.#graceTimers.has(bridge)) continue
-      this.#closeLater(bridge, TUNNEL_CLOSE_REASONS.trust_replaced, graceMs)
-      count++
-    }
-    return count
+  /** Bridged sessions verified under another trust close after graceMs (outcome trust_replaced). */
+  closeTrust (key: string, graceMs: number): number {
+    return this.#grace.closeTrust(this.#bridges, (bridge) => bridge.trustKey, key, graceMs).length
   }
 
   /**
-   * After a client-trust change: Pylon connections whose certificate no longer verifies get a
-   * GOAWAY now (no new session) and their bridged sessions close after graceMs.
+   * Pylon connections whose certificate no longer verifies get a GOAWAY now (no new session)
+   * and their bridged sessions close after graceMs. Returns how many connections.
    */
   closeUntrustedClients (bundle: TrustBundle, graceMs: number, now: Date = new Date()): number {
     const open = [...this.#sessions.keys()].filter((session) => session.socket !== undefined && !session.socket.destroyed)
     const untrusted = untrustedConnections(open, (session) => peerChainOf(session.socket as TLSSocket), bundle, now)
     for (const session of untrusted) {
       for (const bridge of this.#bridges) {
-        if (bridge.downstreamSession === session && !this.#graceTimers.has(bridge)) this.#closeLater(bridge, TUNNEL_CLOSE_REASONS.client_trust_replaced, graceMs)
+        if (bridge.downstreamSession === session) this.#grace.closeLater(bridge, TUNNEL_CLOSE_REASONS.client_trust_replaced, graceMs)
       }
       session.close()
     }
     return untrusted.length
-  }
-
-  #closeLater (bridge: WebTransportBridge, reason: string, graceMs: number): void {
-    const timer = setTimeout(() => {
-      this.#graceTimers.delete(bridge)
-      bridge.close(0, reason, 'trust_replaced')
-    }, graceMs)
-    timer.unref()
-    this.#graceTimers.set(bridge, timer)
   }
 
   /** Closes every session with the reason and stops listening. Idempotent. */
@@ -311,8 +263,7 @@ export class WebTransportRelay {
 
   async #close (reason: string): Promise<void> {
     this.stopAccepting()
-    for (const timer of this.#graceTimers.values()) clearTimeout(timer)
-    this.#graceTimers.clear()
+    this.#grace.clear()
     for (const pending of [...this.#pending]) this.#settlePending(pending, 'shutting_down', 'router shutdown')
     for (const bridge of this.#bridges) bridge.close(0, reason, 'completed')
     if (this.#bridges.size > 0) {
@@ -347,18 +298,30 @@ export class WebTransportRelay {
       stream.once('close', () => {
         if (--state.streams === 0) state.idleSince = this.#clock.now
       })
-      this.#onStream(session, state, stream, headers, rawHeaders)
+      // The header list size is not checked here yet (the front door does): admit() reports it,
+      // but the relay has no rejection code for it.
+      const admission = this.#guard.admit(session, stream, rawHeaders)
+      stream.on('error', ignore)
+      if (admission === 'reset') return
+      this.propose({ stream, headers, rawHeaders })
     })
     session.on('close', () => { this.#sessions.delete(session) })
     session.on('error', (err) => { this.#options.logger.debug({ err: err.message }, 'webtransport http2 session error') })
   }
 
-  #onStream (session: ServerHttp2Session, connection: DownstreamConnection, stream: ServerHttp2Stream, headers: IncomingHttpHeaders, rawHeaders: readonly string[]): void {
-    // The header list size is not checked here yet (the front door does): admit() reports it,
-    // but the relay has no rejection code for it.
-    const admission = this.#guard.admit(session, stream, rawHeaders)
-    stream.on('error', ignore)
-    if (admission === 'reset') return
+  /**
+   * A session request on a Pylon connection: checked, capped, routed by SNI (else :authority),
+   * then dialled to its pod and bridged once the pod accepts; refused with a REJECTIONS answer.
+   */
+  propose (request: H2SessionRequest): void {
+    const { stream, headers, rawHeaders } = request
+    const session = stream.session as ServerHttp2Session | undefined
+    const connection = session === undefined ? undefined : this.#sessions.get(session)
+    if (session === undefined || connection === undefined) {
+      // Its connection is gone already.
+      if (!stream.destroyed) stream.close(constants.NGHTTP2_REFUSED_STREAM)
+      return
+    }
     if (!this.#accepting) {
       this.#reject(stream, 'shutting_down', null)
       return
@@ -518,9 +481,18 @@ export class WebTransportRelay {
     this.#bridges.add(bridge)
     const registry = this.#options.connections ?? null
     if (registry !== null) {
-      const handle = new H2SessionHandle(bridge, registry.now())
+      // Draining: the Pylon's HTTP/2 connection gets GOAWAY (no new session on it), the session
+      // drains (bridge.ts), done when the bridge ended.
+      const handle = new TunnelHandle(this.kind, registry.now(), {
+        drain: (reason) => {
+          const session = bridge.downstreamSession
+          if (session !== undefined && !session.closed && !session.destroyed) session.close()
+          bridge.drain(tunnelCloseReasonOf(reason))
+        },
+        abort: () => { bridge.destroy() },
+      })
       this.#handles.set(bridge, handle)
-      handle.release = registry.add(handle)
+      handle.register(registry)
     }
     this.#bridgeConnections.set(bridge, connection)
     connection.sessions++
@@ -532,11 +504,7 @@ export class WebTransportRelay {
     if (!this.#bridges.delete(bridge)) return
     this.#handles.get(bridge)?.gone()
     this.#handles.delete(bridge)
-    const grace = this.#graceTimers.get(bridge)
-    if (grace !== undefined) {
-      clearTimeout(grace)
-      this.#graceTimers.delete(bridge)
-    }
+    this.#grace.forget(bridge)
     const connection = this.#bridgeConnections.get(bridge)
     this.#bridgeConnections.delete(bridge)
     if (connection !== undefined) connection.sessions--

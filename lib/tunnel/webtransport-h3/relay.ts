@@ -25,21 +25,19 @@ import type { QuicH3Options } from '../../quic/h3/quic-h3.ts'
 import type { PodTarget } from '../../discovery/types.ts'
 import { resolveSni } from '../../routing/resolve.ts'
 import type { TrustBundle } from '../../tls/types.ts'
-import { untrustedConnections } from '../../tls/trust-policy.ts'
 import type { QuicCloseInfo } from '../../quic/connection.ts'
 import type { RawQuicMetrics } from '../raw-quic/metrics.ts'
-import { HandshakeFailureLog, PodDrain, TUNNEL_CLOSE_REASONS, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { HandshakeFailureLog, PodDrain, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { TUNNEL_CLOSE_REASONS } from '../errors.ts'
+import { GraceCloser } from '../grace-closer.ts'
+import type { TunnelKind, TunnelRelay } from '../relay.ts'
 import { REJECTIONS, type RejectionCode } from '../webtransport-connect.ts'
 import type { WebTransportMetrics } from '../webtransport-metrics.ts'
 import { CLOSE_GRACE_MS, WebTransportH3Tunnel, type TunnelEnd, type TunnelHost } from './tunnel.ts'
-import type { ConnectionRegistry, Release } from '../../drain/connection-registry.ts'
-import type { ConnectionKind, DrainableConnection } from '../../drain/connection-kinds.ts'
+import type { ConnectionRegistry } from '../../drain/connection-registry.ts'
+import { TunnelHandle } from '../tunnel-handle.ts'
 import { tunnelCloseReasonOf, type DrainReason } from '../../drain/drain-reasons.ts'
 import type { DrainMetrics } from '../../drain/drain-metrics.ts'
-import type { Logger } from '../../log.ts'
-
-/** The tunnel port's close reasons: a Pylon reads the same in either mode of the port. */
-export const H3_CLOSE_REASONS = TUNNEL_CLOSE_REASONS
 
 function peerChainOfTunnel (tunnel: WebTransportH3Tunnel): X509Certificate[] {
   return tunnel.down.quic.peerCertificates().map((der) => new X509Certificate(der))
@@ -69,53 +67,14 @@ export interface WebTransportH3RelayOptions extends TunnelPortRelayOptions {
   readonly drainMetrics?: DrainMetrics | null
 }
 
-/** A tunnel as the connection registry sees it: drain() is the tunnel's beginDrain, done when its Pylon connection is gone. */
-class H3TunnelHandle implements DrainableConnection {
-  readonly kind: ConnectionKind = 'webtransport_h3'
-  readonly openedAt: number
-  readonly tunnel: WebTransportH3Tunnel
-  release: Release | null = null
-  #done: Promise<void> | null = null
-  #resolve: (() => void) | null = null
-  #gone = false
-  readonly #logger: Logger
-
-  constructor (tunnel: WebTransportH3Tunnel, openedAt: number, logger: Logger) {
-    this.tunnel = tunnel
-    this.openedAt = openedAt
-    this.#logger = logger
-  }
-
-  drain (reason: DrainReason): Promise<void> {
-    if (this.#done !== null) return this.#done
-    if (this.#gone) return (this.#done = Promise.resolve())
-    this.#done = new Promise((resolve) => { this.#resolve = resolve })
-    this.tunnel.beginDrain(reason)
-    return this.#done
-  }
-
-  abort (reason: DrainReason): void {
-    if (this.#gone) return
-    // The connections' streams, H3 control and QPACK streams included, as the drain gave up.
-    const open = { pylon: this.tunnel.down.quic.stats()?.openStreams ?? 0, stargate: this.tunnel.up?.quic.stats()?.openStreams ?? 0 }
-    this.#logger.warn({ target: this.tunnel.target.identity, open, state: this.tunnel.state }, 'webtransport http/3 session: streams still open when its drain ran out of time')
-    this.tunnel.destroy(tunnelCloseReasonOf(reason))
-  }
-
-  gone (): void {
-    this.#gone = true
-    this.release?.()
-    this.#resolve?.()
-  }
-}
-
-export class WebTransportH3Relay implements TunnelHost {
+export class WebTransportH3Relay implements TunnelRelay<QuicProposal>, TunnelHost {
+  readonly kind: TunnelKind = 'webtransport_h3'
   readonly h3Options: QuicH3Options
   readonly connectTimeoutMs: number
   readonly #options: WebTransportH3RelayOptions
   readonly #tunnels = new Set<WebTransportH3Tunnel>()
   /** Tunnels draining before a trust-change close (SPEC §8: graceful first, closed after the grace). */
-  readonly #graceTimers = new Map<WebTransportH3Tunnel, NodeJS.Timeout>()
+  readonly #grace = new GraceCloser<WebTransportH3Tunnel>((tunnel, reason) => { tunnel.close(reason, 'trust_replaced') })
   /** Sessions admitted (dialing or bridged) whose outcome is not final yet: what --webtransport-max-sessions bounds. */
   #sessions = 0
   /** Tunnels follow the snapshot: closed when their pod leaves the ready set (from listen() on). */
@@ -124,7 +83,8 @@ export class WebTransportH3Relay implements TunnelHost {
   #accepting = true
   #closing: Promise<void> | null = null
   readonly #failures: HandshakeFailureLog
-  readonly #handles = new Map<WebTransportH3Tunnel, H3TunnelHandle>()
+  /** Tunnels in the connection registry (drained there: the tunnel's beginDrain). */
+  readonly #handles = new Map<WebTransportH3Tunnel, TunnelHandle>()
 
   constructor (options: WebTransportH3RelayOptions) {
     this.#options = options
@@ -156,9 +116,9 @@ export class WebTransportH3Relay implements TunnelHost {
       ...this.#options.limits,
       resetSecret: this.#options.resetSecret ?? null,
       transport: this.#transport(),
-      onProposal: (proposal) => { this.#onProposal(proposal) },
+      onProposal: (proposal) => { this.propose(proposal) },
     })
-    this.#drain = new PodDrain({ snapshot: this.#options.snapshot, graceMs: this.#options.drainGraceMs, onDrained: (tunnel) => { tunnel.close(H3_CLOSE_REASONS.target_left) } })
+    this.#drain = new PodDrain({ snapshot: this.#options.snapshot, graceMs: this.#options.drainGraceMs, onDrained: (tunnel) => { tunnel.close(TUNNEL_CLOSE_REASONS.target_left) } })
     for (const tunnel of this.#tunnels) this.#drain.follow(tunnel, tunnel.target)
     return { address: this.#endpoint.address, port: this.#endpoint.port }
   }
@@ -176,50 +136,33 @@ export class WebTransportH3Relay implements TunnelHost {
     this.#accepting = false
   }
 
-  /**
-   * Upstream trust changed (SPEC §8): tunnels dialed under another trust are asked to drain
-   * (DRAIN_WEBTRANSPORT_SESSION to both peers) and closed after graceMs (outcome
-   * trust_replaced), as raw QUIC tunnels are. Returns how many were scheduled.
-   */
-  closeTrust (currentKey: string, graceMs: number): number {
-    let count = 0
-    for (const tunnel of this.#tunnels) {
-      if (tunnel.up === null || tunnel.trustKey === currentKey || this.#graceTimers.has(tunnel)) continue
-      if (tunnel.state === 'closing' || tunnel.state === 'closed') continue
-      this.#closeLater(tunnel, H3_CLOSE_REASONS.trust_replaced, graceMs)
-      count++
-    }
-    return count
+  /** Scheduled sessions are asked to drain first (DRAIN_WEBTRANSPORT_SESSION to both peers), then closed (outcome trust_replaced). */
+  closeTrust (key: string, graceMs: number): number {
+    const scheduled = this.#grace.closeTrust(this.#open(), (tunnel) => tunnel.up === null ? null : tunnel.trustKey, key, graceMs)
+    for (const tunnel of scheduled) tunnel.drain()
+    return scheduled.length
   }
 
-  /** After a client-trust change: tunnels whose Pylon certificate no longer verifies drain, then close after graceMs. */
   closeUntrustedClients (bundle: TrustBundle, graceMs: number, now: Date = new Date()): number {
-    const open = [...this.#tunnels].filter((tunnel) => tunnel.state !== 'closing' && tunnel.state !== 'closed' && !this.#graceTimers.has(tunnel))
-    const untrusted = untrustedConnections(open, peerChainOfTunnel, bundle, now)
-    for (const tunnel of untrusted) this.#closeLater(tunnel, H3_CLOSE_REASONS.client_trust_replaced, graceMs)
-    return untrusted.length
+    const scheduled = this.#grace.closeUntrusted(this.#open(), peerChainOfTunnel, bundle, graceMs, now)
+    for (const tunnel of scheduled) tunnel.drain()
+    return scheduled.length
   }
 
-  #closeLater (tunnel: WebTransportH3Tunnel, reason: string, graceMs: number): void {
-    tunnel.drain()
-    const timer = setTimeout(() => {
-      this.#graceTimers.delete(tunnel)
-      tunnel.close(reason, 'trust_replaced')
-    }, graceMs)
-    timer.unref()
-    this.#graceTimers.set(tunnel, timer)
+  /** Tunnels not ending already. */
+  * #open (): Iterable<WebTransportH3Tunnel> {
+    for (const tunnel of this.#tunnels) if (tunnel.state !== 'closing' && tunnel.state !== 'closed') yield tunnel
   }
 
   /** Every session gets a close capsule with the reason, then the connections close. Idempotent. */
-  close (reason: string = H3_CLOSE_REASONS.shutdown): Promise<void> {
+  close (reason: string = TUNNEL_CLOSE_REASONS.shutdown): Promise<void> {
     this.#closing ??= this.#close(reason)
     return this.#closing
   }
 
   async #close (reason: string): Promise<void> {
     this.#accepting = false
-    for (const timer of this.#graceTimers.values()) clearTimeout(timer)
-    this.#graceTimers.clear()
+    this.#grace.clear()
     this.#drain?.dispose()
     for (const tunnel of this.#tunnels) tunnel.close(reason)
     if (this.#tunnels.size > 0) await new Promise((resolve) => { setTimeout(resolve, CLOSE_GRACE_MS + 200).unref() })
@@ -295,7 +238,7 @@ export class WebTransportH3Relay implements TunnelHost {
   }
 
   /** Refusals here close from the Initial, without a reason phrase (raw-quic/relay.ts propose). */
-  #onProposal (proposal: QuicProposal): void {
+  propose (proposal: QuicProposal): void {
     if (!this.#accepting) return proposal.reject()
     const route = resolveSni(proposal.sni, this.#options.snapshot.current(), this.#options.template)
     if (!route.ok) {
@@ -313,22 +256,29 @@ export class WebTransportH3Relay implements TunnelHost {
     this.#drain?.follow(tunnel, route.target)
     const registry = this.#options.connections ?? null
     if (registry !== null) {
-      const handle = new H3TunnelHandle(tunnel, registry.now(), this.#options.logger)
+      const handle = new TunnelHandle(this.kind, registry.now(), {
+        drain: (reason) => { tunnel.beginDrain(reason) },
+        abort: (reason) => { this.#abort(tunnel, reason) },
+      })
       this.#handles.set(tunnel, handle)
-      handle.release = registry.add(handle)
+      handle.register(registry)
     }
     quic.once('close', () => { this.#onTunnelGone(tunnel) })
+  }
+
+  /** A drain that ran out of time: the tunnel closes now, saying what it still waited for. */
+  #abort (tunnel: WebTransportH3Tunnel, reason: DrainReason): void {
+    // The connections' streams, H3 control and QPACK streams included, as the drain gave up.
+    const open = { pylon: tunnel.down.quic.stats()?.openStreams ?? 0, stargate: tunnel.up?.quic.stats()?.openStreams ?? 0 }
+    this.#options.logger.warn({ target: tunnel.target.identity, open, state: tunnel.state }, 'webtransport http/3 session: streams still open when its drain ran out of time')
+    tunnel.destroy(tunnelCloseReasonOf(reason))
   }
 
   #onTunnelGone (tunnel: WebTransportH3Tunnel): void {
     if (!this.#tunnels.delete(tunnel)) return
     this.#handles.get(tunnel)?.gone()
     this.#handles.delete(tunnel)
-    const timer = this.#graceTimers.get(tunnel)
-    if (timer !== undefined) {
-      clearTimeout(timer)
-      this.#graceTimers.delete(tunnel)
-    }
+    this.#grace.forget(tunnel)
     this.#drain?.forget(tunnel)
   }
 }
