@@ -21,7 +21,8 @@
 import http2, { type ClientHttp2Stream, type IncomingHttpHeaders, type ServerHttp2Stream } from 'node:http2'
 import { resolveAuthority } from '../routing/resolve.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
-import { presentTarget, type PodTarget, type SnapshotReader, type TargetSnapshot } from '../discovery/types.ts'
+import type { PodTarget, SnapshotReader } from '../discovery/types.ts'
+import { PodDrain } from '../drain/pod-drain.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
 import type { Logger } from '../log.ts'
 import { respondWithStatus } from './grpc.ts'
@@ -60,7 +61,6 @@ class Splice {
   up: Up | null = null
   trailers: IncomingHttpHeaders | null = null
   outcome: RegistrationOutcome | null = null
-  drainTimer: NodeJS.Timeout | null = null
   finished = false
 
   constructor (forwarder: RegistrationForwarder, down: Down, target: PodTarget, guard: GrpcFrameGuard) {
@@ -216,23 +216,22 @@ function upstreamHeaders (rawHeaders: readonly string[], scheme: string): string
 
 export class RegistrationForwarder {
   readonly #options: RegistrationForwarderOptions
-  /** Open splices by target identity, to drain them when their pod terminates or leaves the Service. */
-  readonly #byIdentity = new Map<string, Set<Splice>>()
-  readonly #unsubscribe: () => void
-  #closed = false
+  /**
+   * Open splices follow their pod: ended with UNAVAILABLE when it terminates or leaves the
+   * Service (the pool's session re-dials a pod that only moved, so the identity is what counts).
+   */
+  readonly #drain: PodDrain<Splice>
   readonly maxMessageBytes: number
 
   constructor (options: RegistrationForwarderOptions) {
     this.#options = options
     this.maxMessageBytes = options.maxMessageBytes
-    this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
+    this.#drain = new PodDrain({ snapshot: options.snapshot, graceMs: options.drainGraceMs, bound: 'identity', onDrained: onTargetLeft })
   }
 
   /** Open registration streams (downstream side). */
   get active (): number {
-    let n = 0
-    for (const set of this.#byIdentity.values()) n += set.size
-    return n
+    return this.#drain.size
   }
 
   handle (down: Down, headers: IncomingHttpHeaders, rawHeaders: readonly string[]): void {
@@ -262,7 +261,7 @@ export class RegistrationForwarder {
     const splice = new Splice(this, down, route.target, guard)
     down[kSplice] = splice
     metrics.registrationStreamsActive.inc()
-    this.#track(splice)
+    this.#drain.follow(splice, route.target)
     // Nothing flows until the upstream stream exists; HTTP/2 flow control holds the Pylon.
     down.pause()
     down.on('close', onDownClose)
@@ -329,8 +328,7 @@ export class RegistrationForwarder {
   finish (splice: Splice, outcome: RegistrationOutcome): void {
     if (splice.finished) return
     splice.finished = true
-    if (splice.drainTimer !== null) clearTimeout(splice.drainTimer)
-    this.#untrack(splice)
+    this.#drain.forget(splice)
     const { metrics } = this.#options
     metrics.registrationStreamsActive.dec()
     metrics.registrationStreamsClosed.labels(outcome).inc()
@@ -349,50 +347,14 @@ export class RegistrationForwarder {
     return true
   }
 
-  /** Stops draining watches; open streams are left to the front door's shutdown. */
+  /** Stops following the pods; open streams are left to the front door's shutdown. Idempotent. */
   close (): void {
-    if (this.#closed) return
-    this.#closed = true
-    this.#unsubscribe()
-    for (const set of this.#byIdentity.values()) for (const splice of set) if (splice.drainTimer !== null) clearTimeout(splice.drainTimer)
+    this.#drain.dispose()
   }
 
   #reject (down: ServerHttp2Stream, code: 'missing_authority' | 'unknown_authority' | 'target_unavailable', error: GrpcError): void {
     respondWithStatus(down, error.status, error.message)
     this.#options.metrics.registrationStreamsClosed.labels(GRPC_ERRORS[code].outcome).inc()
-  }
-
-  #track (splice: Splice): void {
-    let set = this.#byIdentity.get(splice.target.identity)
-    if (set === undefined) {
-      set = new Set()
-      this.#byIdentity.set(splice.target.identity, set)
-    }
-    set.add(splice)
-  }
-
-  #untrack (splice: Splice): void {
-    const set = this.#byIdentity.get(splice.target.identity)
-    if (set === undefined) return
-    set.delete(splice)
-    if (set.size === 0) this.#byIdentity.delete(splice.target.identity)
-  }
-
-  #onSnapshot (snapshot: TargetSnapshot): void {
-    if (!snapshot.initialized) return
-    for (const [identity, set] of this.#byIdentity) {
-      // A pod that merely turned unready keeps its streams, as upstream: only terminating or gone drains.
-      const present = presentTarget(snapshot, identity) !== undefined
-      for (const splice of set) {
-        if (present && splice.drainTimer !== null) {
-          clearTimeout(splice.drainTimer)
-          splice.drainTimer = null
-        } else if (!present && splice.drainTimer === null) {
-          splice.drainTimer = setTimeout(onDrainTimeout, this.#options.drainGraceMs, splice)
-          splice.drainTimer.unref()
-        }
-      }
-    }
   }
 }
 
@@ -400,8 +362,8 @@ function onUpDrain (this: Up): void {
   this[kSplice]?.down.resume()
 }
 
-function onDrainTimeout (splice: Splice): void {
-  splice.drainTimer = null
+/** The splice's pod terminated or left the Service and did not come back within the grace. */
+function onTargetLeft (splice: Splice): void {
   if (splice.finished) return
   splice.forwarder.fail(splice, grpcError('target_left', { target: splice.target.identity }), GRPC_ERRORS.target_left.outcome)
 }

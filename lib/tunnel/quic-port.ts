@@ -8,13 +8,10 @@
  *   (`upstream_*`), is counted in quic_handshake_failures_total{reason} and logged with its
  *   reason. Unauthenticated peers cause these at will: the logger rate-limits the message per
  *   reason (lib/log.ts PEER_TRIGGERED_MESSAGES lists both modes' messages).
- * - PodDrain: tunnels follow the snapshot. When a tunnel's pod terminates, leaves the Service or
- *   moves to another address, the tunnel is closed after --drain-grace-ms unless the pod comes
- *   back first, as registrations are. A pod that only turns unready keeps its tunnels.
  */
 import type { Counter } from 'prom-client'
 import type { Logger } from '../log.ts'
-import { presentTarget, type SnapshotReader, type TargetSnapshot } from '../discovery/types.ts'
+import type { SnapshotReader } from '../discovery/types.ts'
 import type { QuicCloseInfo } from '../quic/connection.ts'
 import type { QuicEngine } from '../quic/engine.ts'
 import type { ServerCredentials } from '../quic/credentials.ts'
@@ -70,98 +67,5 @@ export class HandshakeFailureLog {
     if (reason === null) return false
     this.record(leg === 'pylon' ? reason : `upstream_${reason}`, { ...fields, alert: info.alert, code: info.code })
     return true
-  }
-}
-
-/** Where a tunnel's pod leg goes: what must stay the same in the snapshot for it to stay. */
-export interface DrainTarget {
-  readonly identity: string
-  readonly address: string
-  readonly quicPort: number
-}
-
-interface Followed {
-  readonly target: DrainTarget
-  timer: NodeJS.Timeout | null
-}
-
-export interface PodDrainOptions<T> {
-  readonly snapshot: SnapshotReader
-  /** --drain-grace-ms */
-  readonly graceMs: number
-  /** The grace ran out: close the tunnel (it is no longer followed). */
-  readonly onDrained: (tunnel: T) => void
-}
-
-export class PodDrain<T> {
-  readonly #options: PodDrainOptions<T>
-  readonly #followed = new Map<T, Followed>()
-  /** Followed tunnels by pod identity: a snapshot is walked per pod, not per tunnel. */
-  readonly #byIdentity = new Map<string, Set<T>>()
-  readonly #unsubscribe: () => void
-
-  constructor (options: PodDrainOptions<T>) {
-    this.#options = options
-    this.#unsubscribe = options.snapshot.subscribe((snapshot) => { this.#onSnapshot(snapshot) })
-  }
-
-  /** Tunnels followed now. */
-  get size (): number {
-    return this.#followed.size
-  }
-
-  /** Starts following a tunnel relayed to target (a tunnel followed already moves to it). */
-  follow (tunnel: T, target: DrainTarget): void {
-    this.forget(tunnel)
-    this.#followed.set(tunnel, { target: { identity: target.identity, address: target.address, quicPort: target.quicPort }, timer: null })
-    let set = this.#byIdentity.get(target.identity)
-    if (set === undefined) {
-      set = new Set()
-      this.#byIdentity.set(target.identity, set)
-    }
-    set.add(tunnel)
-  }
-
-  /** Stops following a tunnel (it ended); a pending drain is cancelled. */
-  forget (tunnel: T): void {
-    const followed = this.#followed.get(tunnel)
-    if (followed === undefined) return
-    if (followed.timer !== null) clearTimeout(followed.timer)
-    this.#followed.delete(tunnel)
-    const set = this.#byIdentity.get(followed.target.identity)
-    set?.delete(tunnel)
-    if (set !== undefined && set.size === 0) this.#byIdentity.delete(followed.target.identity)
-  }
-
-  /** Stops following the snapshot and cancels every pending drain (shutdown). */
-  dispose (): void {
-    this.#unsubscribe()
-    for (const followed of this.#followed.values()) if (followed.timer !== null) clearTimeout(followed.timer)
-    this.#followed.clear()
-    this.#byIdentity.clear()
-  }
-
-  #onSnapshot (snapshot: TargetSnapshot): void {
-    if (!snapshot.initialized) return
-    for (const [identity, set] of this.#byIdentity) {
-      // Unready but not terminating keeps its tunnels, as registrations (SPEC §3 rule 2).
-      const now = presentTarget(snapshot, identity)
-      for (const tunnel of set) {
-        const followed = this.#followed.get(tunnel) as Followed
-        const present = now !== undefined && now.address === followed.target.address && now.quicPort === followed.target.quicPort
-        if (present && followed.timer !== null) {
-          clearTimeout(followed.timer)
-          followed.timer = null
-        } else if (!present && followed.timer === null) {
-          followed.timer = setTimeout(PodDrain.#onGrace, this.#options.graceMs, this, tunnel)
-          followed.timer.unref()
-        }
-      }
-    }
-  }
-
-  static #onGrace<T> (drain: PodDrain<T>, tunnel: T): void {
-    drain.forget(tunnel)
-    drain.#options.onDrained(tunnel)
   }
 }

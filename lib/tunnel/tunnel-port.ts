@@ -192,6 +192,7 @@ async function startWebTransport (context: TunnelContext): Promise<RunningTunnel
       requireClientCert,
       upstream: h2Upstream,
       connectTimeoutMs: config.connectTimeoutMs,
+      drainGraceMs: config.drainGraceMs,
       idleTimeoutMs: config.relayIdleTimeoutMs,
       keepAliveMs: config.relayKeepAliveMs,
       maxConcurrentStreams: config.http2MaxConcurrentStreams,

@@ -32,7 +32,8 @@
  */
 import { X509Certificate } from 'node:crypto'
 import type { TrustBundle } from '../../tls/types.ts'
-import { HandshakeFailureLog, PodDrain, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { HandshakeFailureLog, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { PodDrain } from '../../drain/pod-drain.ts'
 import { GraceCloser } from '../grace-closer.ts'
 import type { TunnelKind, TunnelRelay } from '../relay.ts'
 import { resolveSni } from '../../routing/resolve.ts'
@@ -156,7 +157,7 @@ export class RawQuicRelay implements TunnelRelay<QuicProposal> {
     this.#options = options
     this.#failures = new HandshakeFailureLog({ counter: options.metrics.quicHandshakeFailures, logger: options.logger, message: 'raw quic handshake refused' })
     options.metrics.setRelayedBytesSource(() => this.relayedBytes())
-    this.#drain = new PodDrain({ snapshot: options.snapshot, graceMs: options.drainGraceMs, onDrained: (tunnel) => { this.#closeBoth(tunnel, TUNNEL_CLOSE_REASONS.target_left, 'completed') } })
+    this.#drain = new PodDrain({ snapshot: options.snapshot, graceMs: options.drainGraceMs, bound: 'address', onDrained: (tunnel) => { this.#closeBoth(tunnel, TUNNEL_CLOSE_REASONS.target_left, 'completed') } })
   }
 
   /** Tunnels being relayed (or dialing their Stargate) now. */

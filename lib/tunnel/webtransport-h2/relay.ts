@@ -13,6 +13,10 @@
  * capsules pass through unchanged (see webtransport-capsule.ts), so it never holds per-stream
  * state, and a malformed or hostile session can only break its own two legs.
  *
+ * Bridged sessions follow the snapshot as every tunnel does (lib/drain/pod-drain.ts): a pod
+ * that starts terminating, leaves the Service or moves has its sessions closed with `target
+ * stargate left the ready set` after --drain-grace-ms, unless it comes back first.
+ *
  * Lifecycle: listen() → stopAccepting() (listener closed, GOAWAY to Pylon connections, sessions
  * waiting for their pod refused; bridged sessions are drainable connections of the registry,
  * lib/drain: drain capsules, new streams refused, closed once their last stream ended) →
@@ -38,7 +42,8 @@ import type { SecureContext, SecureContextOptions, TLSSocket } from 'node:tls'
 import type { BuiltSecureContext } from '../../tls/secure-context-consumer.ts'
 import type { TlsFollower } from '../../tls/tls-follower.ts'
 import type { UpstreamTrustFollower } from '../../tls/upstream-trust-consumer.ts'
-import type { SnapshotReader } from '../../discovery/types.ts'
+import type { PodTarget, SnapshotReader } from '../../discovery/types.ts'
+import { PodDrain } from '../../drain/pod-drain.ts'
 import type { HostnameTemplate } from '../../routing/hostname-template.ts'
 import type { Logger } from '../../log.ts'
 import type { TrustBundle } from '../../tls/types.ts'
@@ -71,6 +76,8 @@ export interface WebTransportRelayOptions {
   /** How to verify pods: the HTTP/2 leg's upstream trust, followed through reloads (its key names it); read per dial. */
   readonly upstream: UpstreamTrustFollower<SecureContext | null>
   readonly connectTimeoutMs: number
+  /** How long a bridged session outlives its pod terminating, leaving the Service or moving. */
+  readonly drainGraceMs: number
   readonly idleTimeoutMs: number
   /** 0 disables keep-alive PINGs. */
   readonly keepAliveMs: number
@@ -106,6 +113,7 @@ interface DownstreamConnection {
 
 interface PendingSession {
   readonly stream: ServerHttp2Stream
+  readonly target: PodTarget
   readonly connection: DownstreamConnection
   readonly dial: UpstreamDial
   readonly trustKey: string
@@ -137,6 +145,8 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
   readonly #bridges = new Set<WebTransportBridge>()
   /** Bridges waiting out the grace of a trust-change close (SPEC §8). */
   readonly #grace = new GraceCloser<WebTransportBridge>((bridge, reason) => { bridge.close(0, reason, 'trust_replaced') })
+  /** Bridged sessions follow the snapshot: closed when their pod leaves the ready set, as every tunnel is. */
+  readonly #drain: PodDrain<WebTransportBridge>
   /** The Pylon connection each bridge's session counts against. */
   readonly #bridgeConnections = new Map<WebTransportBridge, DownstreamConnection>()
   readonly #pending = new Set<PendingSession>()
@@ -151,6 +161,7 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
 
   constructor (options: WebTransportRelayOptions) {
     this.#options = options
+    this.#drain = new PodDrain({ snapshot: options.snapshot, graceMs: options.drainGraceMs, bound: 'address', onDrained: (bridge) => { bridge.close(0, TUNNEL_CLOSE_REASONS.target_left, 'completed') } })
     this.#guard = new Http2StreamGuard({
       maxHeaderListSize: options.maxHeaderListSize,
       onRapidReset: (session, resets, opened) => {
@@ -264,6 +275,7 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
   async #close (reason: string): Promise<void> {
     this.stopAccepting()
     this.#grace.clear()
+    this.#drain.dispose()
     for (const pending of [...this.#pending]) this.#settlePending(pending, 'shutting_down', 'router shutdown')
     for (const bridge of this.#bridges) bridge.close(0, reason, 'completed')
     if (this.#bridges.size > 0) {
@@ -368,6 +380,7 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
     })
     const created: PendingSession = {
       stream,
+      target: route.target,
       connection,
       dial,
       trustKey: trust.trust.key,
@@ -426,7 +439,7 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
         this.#answerNotSent(stream, target, answer, sent)
         return
       }
-      this.#bridge(stream, answer, pending.trustKey, target, pending.connection)
+      this.#bridge(stream, answer, pending)
       return
     }
     this.#passThroughRejection(stream, target, answer)
@@ -465,13 +478,14 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
     this.#options.logger.warn({ target, pod, advertised }, `stargate ${target} advertises WebTransport flow-control settings that differ from the ones the router gives Pylons; large transfers may stall`)
   }
 
-  #bridge (stream: ServerHttp2Stream, answer: DialAnswer, trustKey: string, target: string, connection: DownstreamConnection): void {
+  #bridge (stream: ServerHttp2Stream, answer: DialAnswer, pending: PendingSession): void {
+    const { connection, target } = pending
     const bridge = new WebTransportBridge({
       downstream: stream,
       upstream: answer.stream,
       upstreamSession: answer.session,
-      trustKey,
-      target,
+      trustKey: pending.trustKey,
+      target: target.identity,
       clock: this.#clock,
       keepAlive: this.#options.keepAliveMs > 0,
       metrics: this.#options.metrics,
@@ -479,6 +493,7 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
       onRefused: (side) => { this.#options.drainMetrics?.streamsRefused.labels('webtransport_h2', side).inc() },
     })
     this.#bridges.add(bridge)
+    this.#drain.follow(bridge, target)
     const registry = this.#options.connections ?? null
     if (registry !== null) {
       // Draining: the Pylon's HTTP/2 connection gets GOAWAY (no new session on it), the session
@@ -497,7 +512,7 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
     this.#bridgeConnections.set(bridge, connection)
     connection.sessions++
     this.#options.metrics.activeSessions.inc()
-    this.#options.logger.debug({ target }, 'webtransport session bridged')
+    this.#options.logger.debug({ target: target.identity }, 'webtransport session bridged')
   }
 
   #onBridgeEnd (bridge: WebTransportBridge, end: BridgeEnd): void {
@@ -505,6 +520,7 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
     this.#handles.get(bridge)?.gone()
     this.#handles.delete(bridge)
     this.#grace.forget(bridge)
+    this.#drain.forget(bridge)
     const connection = this.#bridgeConnections.get(bridge)
     this.#bridgeConnections.delete(bridge)
     if (connection !== undefined) connection.sessions--

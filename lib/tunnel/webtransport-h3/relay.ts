@@ -27,7 +27,8 @@ import { resolveSni } from '../../routing/resolve.ts'
 import type { TrustBundle } from '../../tls/types.ts'
 import type { QuicCloseInfo } from '../../quic/connection.ts'
 import type { RawQuicMetrics } from '../raw-quic/metrics.ts'
-import { HandshakeFailureLog, PodDrain, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { HandshakeFailureLog, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { PodDrain } from '../../drain/pod-drain.ts'
 import { TUNNEL_CLOSE_REASONS } from '../errors.ts'
 import { GraceCloser } from '../grace-closer.ts'
 import type { TunnelKind, TunnelRelay } from '../relay.ts'
@@ -118,7 +119,7 @@ export class WebTransportH3Relay implements TunnelRelay<QuicProposal>, TunnelHos
       transport: this.#transport(),
       onProposal: (proposal) => { this.propose(proposal) },
     })
-    this.#drain = new PodDrain({ snapshot: this.#options.snapshot, graceMs: this.#options.drainGraceMs, onDrained: (tunnel) => { tunnel.close(TUNNEL_CLOSE_REASONS.target_left) } })
+    this.#drain = new PodDrain({ snapshot: this.#options.snapshot, graceMs: this.#options.drainGraceMs, bound: 'address', onDrained: (tunnel) => { tunnel.close(TUNNEL_CLOSE_REASONS.target_left) } })
     for (const tunnel of this.#tunnels) this.#drain.follow(tunnel, tunnel.target)
     return { address: this.#endpoint.address, port: this.#endpoint.port }
   }
