@@ -11,7 +11,7 @@ import http2, { type ClientHttp2Session, type ClientHttp2Stream, type ServerHttp
 import type { AddressInfo } from 'node:net'
 import { Registry } from 'prom-client'
 import { WebTransportBridge } from '../../lib/tunnel/webtransport-h2/bridge.ts'
-import { DRAIN_WEBTRANSPORT_SESSION } from '../../lib/tunnel/webtransport-capsule.ts'
+import { DRAIN_WEBTRANSPORT_SESSION } from '../../lib/quic/h3/capsule.ts'
 import { createWebTransportMetrics } from '../../lib/tunnel/webtransport-metrics.ts'
 import { STREAM_REFUSALS } from '../../lib/tunnel/errors.ts'
 import { writeVarint, varintSize } from '../../lib/quic/varint.ts'

@@ -10,7 +10,7 @@ import { FRAME, encodeFrame, encodeFrameHeader, encodeVarintFrame } from '../../
 import { SETTING, encodeSettingsFrame } from '../../lib/quic/h3/settings.ts'
 import { decodeFieldSection, encodeFieldSection } from '../../lib/quic/h3/qpack.ts'
 import { encodeVarint } from '../../lib/quic/varint.ts'
-import { encodeCloseCapsule } from '../../lib/tunnel/webtransport-capsule.ts'
+import { encodeCloseCapsule } from '../../lib/quic/h3/capsule.ts'
 import { type H3Side, WT_CONNECT_FIELDS, h3Pair } from '../fixtures/h3-pair.ts'
 
 const hex = (s: string): Buffer => Buffer.from(s.replace(/\s/g, ''), 'hex')

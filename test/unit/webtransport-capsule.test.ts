@@ -5,9 +5,10 @@
  */
 import t from 'tap'
 import {
-  CLOSE_WEBTRANSPORT_SESSION, CapsuleCursor, CapsuleReader, DEFAULT_WT_SETTINGS, DRAIN_WEBTRANSPORT_SESSION, MAX_CLOSE_REASON_BYTES, WT_SETTINGS,
-  decodeCloseValue, encodeCloseCapsule, encodeDrainCapsule, encodeStreamRefusal, pickWtSettings, type CapsuleEvent,
-} from '../../lib/tunnel/webtransport-capsule.ts'
+  CLOSE_WEBTRANSPORT_SESSION, CapsuleCursor, CapsuleReader, DRAIN_WEBTRANSPORT_SESSION, MAX_CLOSE_REASON_BYTES,
+  decodeCloseValue, encodeCloseCapsule, encodeDrainCapsule, encodeStreamRefusal, type CapsuleEvent,
+} from '../../lib/quic/h3/capsule.ts'
+import { DEFAULT_WT_SETTINGS, WT_SETTINGS, pickWtSettings } from '../../lib/tunnel/webtransport-h2/settings.ts'
 
 function varint (value: number): Buffer {
   if (value < 0x40) return Buffer.from([value])

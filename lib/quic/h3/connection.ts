@@ -36,7 +36,7 @@ import { type FieldLine, QpackStreamReader, decodeFieldSection, encodeFieldSecti
 import { type PeerSettings, SUPPORTED_DRAFTS, type WebTransportDraft, decodeSettings, encodeSettingsFrame, interpretSettings, localSettings, negotiateWebTransport } from './settings.ts'
 import { type RequestHead, validateRequest, validateResponse, validateTrailers } from './message.ts'
 import { DRAFT02_RESPONSE_HEADER, StreamHeaderReader, WEBTRANSPORT_PROTOCOL, datagramPayloadOffset, datagramSessionId, encodeStreamHeader } from './webtransport.ts'
-import { CapsuleReader, type CapsuleEvent, encodeCloseCapsule, encodeDrainCapsule } from '../../tunnel/webtransport-capsule.ts'
+import { CapsuleReader, type CapsuleEvent, encodeCloseCapsule, encodeDrainCapsule } from './capsule.ts'
 import { encodeVarint } from '../varint.ts'
 
 export type H3Role = 'client' | 'server'

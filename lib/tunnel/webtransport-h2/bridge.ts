@@ -1,6 +1,6 @@
 /**
  * One bridged WebTransport session: the Pylon's CONNECT stream (downstream) and the pod's
- * (upstream), their capsules forwarded both ways unmodified (see webtransport-capsule.ts).
+ * (upstream), their capsules forwarded both ways unmodified (see lib/quic/h3/capsule.ts).
  *
  *   Pylon ──h2 CONNECT stream──▶ [Pump to_upstream]   ──h2 CONNECT stream──▶ pod
  *         ◀────────────────────  [Pump to_downstream] ◀────────────────────
@@ -29,7 +29,7 @@
  * functions that find their pump through a symbol on the stream (no closure per chunk).
  */
 import { constants, type ClientHttp2Session, type ClientHttp2Stream, type Http2Stream, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2'
-import { CapsuleCursor, encodeCloseCapsule, encodeDrainCapsule, encodeStreamRefusal, type WtStreamCapsuleKind } from '../webtransport-capsule.ts'
+import { CapsuleCursor, encodeCloseCapsule, encodeDrainCapsule, encodeStreamRefusal, type WtStreamCapsuleKind } from '../../quic/h3/capsule.ts'
 import { STREAM_REFUSALS, WEBTRANSPORT_CLOSE_REASONS } from '../errors.ts'
 import { pingIfOpen } from '../../safe-io.ts'
 import type { BridgeDirection, WebTransportMetrics } from '../webtransport-metrics.ts'

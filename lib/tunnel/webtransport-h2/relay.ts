@@ -10,7 +10,7 @@
  *       anything else is passed through with its body.
  *
  * The relay terminates TLS and HTTP/2 on both legs but not WebTransport: the session's
- * capsules pass through unchanged (see webtransport-capsule.ts), so it never holds per-stream
+ * capsules pass through unchanged (see lib/quic/h3/capsule.ts), so it never holds per-stream
  * state, and a malformed or hostile session can only break its own two legs.
  *
  * Bridged sessions follow the snapshot as every tunnel does (lib/drain/pod-drain.ts): a pod
@@ -51,7 +51,7 @@ import { peerChainOf } from '../../tls/client-cert.ts'
 import { untrustedConnections } from '../../tls/trust-policy.ts'
 import { Http2StreamGuard, hardenedHttp2Options } from '../../http2-server.ts'
 import { respondIfOpen, type RespondOutcome } from '../../safe-io.ts'
-import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from '../webtransport-capsule.ts'
+import { DEFAULT_WT_SETTINGS, WT_SETTING_IDS, pickWtSettings } from './settings.ts'
 import { TUNNEL_CLOSE_REASONS, WEBTRANSPORT_CLOSE_REASONS } from '../errors.ts'
 import { REJECTIONS, checkConnect, downstreamResponseHeaders, routeSession, upstreamHeaders, type RejectionCode } from '../webtransport-connect.ts'
 import { UpstreamDial, type DialAnswer, type DialFailure } from './upstream.ts'

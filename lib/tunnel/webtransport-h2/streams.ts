@@ -3,7 +3,7 @@
  * are open, and, once the session drains, which are new and must be refused (SPEC §11). The
  * relay forwards capsules untouched (bridge.ts); this ledger only reads the type
  * and stream id of each stream capsule (draft-ietf-webtrans-http2: WT_STREAM, WT_STREAM with
- * FIN, WT_RESET_STREAM, WT_STOP_SENDING), which webtransport-capsule.ts's cursor reports.
+ * FIN, WT_RESET_STREAM, WT_STOP_SENDING), which lib/quic/h3/capsule.ts's cursor reports.
  *
  * Stream ids: bit 1 says the stream is unidirectional and bit 0 who opened it, as in QUIC,
  * except that implementations disagree on which value of bit 0 is the client's (the library of

@@ -16,7 +16,7 @@ import http2, {
 } from 'node:http2'
 import type { SecureContext } from 'node:tls'
 import type { PodTarget } from '../../discovery/types.ts'
-import { WT_SETTING_IDS } from '../webtransport-capsule.ts'
+import { WT_SETTING_IDS } from './settings.ts'
 
 export type DialFailure = 'upstream_timeout' | 'upstream_unreachable' | 'upstream_no_webtransport' | 'upstream_no_answer'
 

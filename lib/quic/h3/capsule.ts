@@ -1,6 +1,7 @@
 /**
- * Capsule framing of WebTransport over HTTP/2 (draft-ietf-webtrans-http2; capsules are
- * RFC 9297 §3.2: Type varint, Length varint, Value). The relay forwards the capsules of a
+ * Capsules (RFC 9297 §3.2: Type varint, Length varint, Value) of WebTransport sessions, over
+ * HTTP/3 on the CONNECT stream's DATA and over HTTP/2 on the CONNECT stream itself
+ * (draft-ietf-webtrans-http2). The HTTP/2 relay (lib/tunnel/webtransport-h2/) forwards the capsules of a
  * session's CONNECT stream unmodified — RFC 9297 lets intermediaries forward capsules they do
  * not process — so streams opened by either side, their FIN/RESET/STOP_SENDING codes, flow
  * control and datagrams pass end to end. The relay only needs to know where capsules begin
@@ -17,7 +18,7 @@
  * terminates each leg's session, so it reads the close code and reason and the drain signal
  * and skips every other capsule (Chromium sends a GREASE capsule first) without buffering it.
  */
-import { decodeVarint, varintLengthOf, varintSize, writeVarint } from '../quic/varint.ts'
+import { decodeVarint, varintLengthOf, varintSize, writeVarint } from '../varint.ts'
 
 /** CLOSE_WEBTRANSPORT_SESSION (draft-ietf-webtrans-http3 §5, used unchanged over HTTP/2). */
 export const CLOSE_WEBTRANSPORT_SESSION = 0x2843
@@ -25,41 +26,6 @@ export const CLOSE_WEBTRANSPORT_SESSION = 0x2843
 export const DRAIN_WEBTRANSPORT_SESSION = 0x78ae
 /** The reason of a close capsule is at most 1024 bytes of UTF-8 (draft-ietf-webtrans-http3 §5). */
 export const MAX_CLOSE_REASON_BYTES = 1024
-
-/**
- * HTTP/2 SETTINGS of WebTransport over HTTP/2 (draft-ietf-webtrans-http2 §11.2): the initial
- * flow-control credit and stream limits of sessions on a connection. They are per hop, but
- * with capsules forwarded end to end the endpoints' flow control is end to end, so the relay
- * advertises to Pylons the values the library's endpoints use by default (what Stargate pods
- * advertise, unless configured otherwise), and to a pod the values the Pylon advertised.
- */
-export const WT_SETTINGS = {
-  initialMaxData: 0x2b61,
-  initialMaxStreamDataUni: 0x2b62,
-  initialMaxStreamDataBidi: 0x2b63,
-  initialMaxStreamsUni: 0x2b64,
-  initialMaxStreamsBidi: 0x2b65,
-} as const
-export const WT_SETTING_IDS: number[] = Object.values(WT_SETTINGS)
-/** @fails-components/webtransport's defaults (16 KiB of credit, 100 streams each way). */
-export const DEFAULT_WT_SETTINGS: Readonly<Record<number, number>> = Object.freeze({
-  [WT_SETTINGS.initialMaxData]: 16 * 1024,
-  [WT_SETTINGS.initialMaxStreamDataUni]: 16 * 1024,
-  [WT_SETTINGS.initialMaxStreamDataBidi]: 16 * 1024,
-  [WT_SETTINGS.initialMaxStreamsUni]: 100,
-  [WT_SETTINGS.initialMaxStreamsBidi]: 100,
-})
-
-/** The WebTransport settings among a peer's custom settings; null when it sent none. */
-export function pickWtSettings (custom: Readonly<Record<number, number>> | undefined): Record<number, number> | null {
-  if (custom === undefined) return null
-  let found: Record<number, number> | null = null
-  for (const id of WT_SETTING_IDS) {
-    const value = custom[id]
-    if (typeof value === 'number') (found ??= {})[id] = value
-  }
-  return found
-}
 
 /**
  * A CLOSE_WEBTRANSPORT_SESSION capsule: a 32-bit application error code and a UTF-8 reason
