@@ -17,7 +17,7 @@ import { GRPC_ERRORS } from '../lib/control-plane/errors.ts'
 import { ConnectionRegistry } from '../lib/drain/connection-registry.ts'
 import { RegistrationForwarder } from '../lib/control-plane/registration-forwarder.ts'
 import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
-import { startTls } from './tls-wiring.ts'
+import { startRouterTls } from '../lib/tls/router-tls.ts'
 import { startPeers } from './peers-wiring.ts'
 import { startRebalance } from './rebalance-wiring.ts'
 import { startTunnel, type RunningTunnel } from '../lib/tunnel/tunnel-port.ts'
@@ -131,7 +131,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   const { metrics, template, store, readiness, closers, connections } = started
   // Before discovery: invalid TLS material fails start-up (no insecure fallback).
   // The self-signed fallback identity covers every advertised host (tunnels need one).
-  const tls = await startTls(config, template.render('*'), metrics, logger)
+  const tls = await startRouterTls(config, template.render('*'), metrics, logger)
   closers.push('tls', () => tls.close())
   readiness.add(tls.manager.readinessCheck())
   let source: StoppableSource

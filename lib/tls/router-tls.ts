@@ -1,20 +1,23 @@
 /**
- * TLS material -> the runtime objects it feeds (SPEC §8), for the composition root:
- * the front door's SecureContext (server identity + client trust), the upstream dialers'
- * SecureContext (upstream trust), and the connections to close when a trust bundle changes.
+ * The router's TLS material and what the front door and the pod dialers take from it (SPEC
+ * §8), for the composition root: the front door's SecureContext (server identity + client
+ * trust), the registration and HTTP-forwarding legs' SecureContext (upstream trust, followed
+ * through reloads: a change closes what the old trust verified), and the front-door
+ * connections whose client certificate a client-trust change no longer verifies. The tunnel
+ * port's own followers are lib/tunnel/tunnel-tls.ts's. close() gives back every consumer and
+ * listener added here, then stops the manager.
  */
-import type { SecureContext } from 'node:tls'
-import type { Config } from '../lib/config/config.ts'
-import { TlsMaterialManager } from '../lib/tls/manager.ts'
-import { secureContextConsumer, serverContextOptions } from '../lib/tls/secure-context-consumer.ts'
-import { peerChainOf } from '../lib/tls/client-cert.ts'
-import { TRUST_CHANGE_GRACE_MS, untrustedConnections, upstreamTrustFor } from '../lib/tls/trust-policy.ts'
-import { followUpstreamTrust, upstreamSecureContext } from '../lib/tls/upstream-trust-consumer.ts'
-import type { FrontDoorListener, FrontDoorTls } from '../lib/front-door/listener.ts'
-import type { UpstreamPool, UpstreamTls } from '../lib/control-plane/upstream-pool.ts'
-import type { HttpPods } from '../lib/http-forward/pods.ts'
-import type { RouterMetrics } from '../lib/metrics/metrics.ts'
-import type { Logger } from '../lib/log.ts'
+import type { Config } from '../config/config.ts'
+import { TlsMaterialManager } from './manager.ts'
+import { secureContextConsumer, serverContextOptions } from './secure-context-consumer.ts'
+import { peerChainOf } from './client-cert.ts'
+import { TRUST_CHANGE_GRACE_MS, untrustedConnections, upstreamTrustFor } from './trust-policy.ts'
+import { followUpstreamTrust, upstreamSecureContext } from './upstream-trust-consumer.ts'
+import type { FrontDoorListener, FrontDoorTls } from '../front-door/listener.ts'
+import type { UpstreamPool, UpstreamTls } from '../control-plane/upstream-pool.ts'
+import type { HttpPods } from '../http-forward/pods.ts'
+import type { RouterMetrics } from '../metrics/metrics.ts'
+import type { Logger } from '../log.ts'
 
 export interface RouterTls {
   readonly manager: TlsMaterialManager
@@ -37,7 +40,7 @@ export interface RouterTls {
  * config validation requires); otherwise it is h2c + HTTP/1.1, as in the Rust router, whose
  * --tls-cert-path/--tls-key-path are the tunnels' identity only (issue 13).
  */
-export async function startTls (config: Config, selfSignedHost: string, metrics: RouterMetrics, logger: Logger): Promise<RouterTls> {
+export async function startRouterTls (config: Config, selfSignedHost: string, metrics: RouterMetrics, logger: Logger): Promise<RouterTls> {
   const trustPath = config.upstreamTlsCertPath
   const manager = await TlsMaterialManager.start({
     serverIdentity: config.tlsCertPath !== null && config.tlsKeyPath !== null ? { certPath: config.tlsCertPath, keyPath: config.tlsKeyPath } : null,
@@ -115,4 +118,3 @@ export async function startTls (config: Config, selfSignedHost: string, metrics:
   }
 }
 
-export type { SecureContext }
