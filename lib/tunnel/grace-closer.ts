@@ -67,7 +67,7 @@ export class GraceCloser<T> {
    * against the new bundle close after graceMs (a tunnel without one is kept: no mTLS on it).
    * Returns the ones scheduled now.
    */
-  closeUntrusted (open: Iterable<T>, chainOf: (tunnel: T) => readonly X509Certificate[], bundle: TrustBundle, graceMs: number, now: Date): T[] {
+  closeUntrustedClients (open: Iterable<T>, chainOf: (tunnel: T) => readonly X509Certificate[], bundle: TrustBundle, graceMs: number, now: Date): T[] {
     const waiting = [...open].filter((tunnel) => !this.#timers.has(tunnel))
     const untrusted = untrustedConnections(waiting, chainOf, bundle, now)
     for (const tunnel of untrusted) this.closeLater(tunnel, TUNNEL_CLOSE_REASONS.client_trust_replaced, graceMs)

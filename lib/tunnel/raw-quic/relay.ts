@@ -223,7 +223,7 @@ export class RawQuicRelay implements TunnelRelay<QuicProposal> {
   }
 
   closeUntrustedClients (bundle: TrustBundle, graceMs: number, now = new Date()): number {
-    return this.#grace.closeUntrusted(this.#tunnels, peerChainOfTunnel, bundle, graceMs, now).length
+    return this.#grace.closeUntrustedClients(this.#tunnels, peerChainOfTunnel, bundle, graceMs, now).length
   }
 
   /**

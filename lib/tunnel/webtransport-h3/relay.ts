@@ -145,7 +145,7 @@ export class WebTransportH3Relay implements TunnelRelay<QuicProposal>, TunnelHos
   }
 
   closeUntrustedClients (bundle: TrustBundle, graceMs: number, now: Date = new Date()): number {
-    const scheduled = this.#grace.closeUntrusted(this.#open(), peerChainOfTunnel, bundle, graceMs, now)
+    const scheduled = this.#grace.closeUntrustedClients(this.#open(), peerChainOfTunnel, bundle, graceMs, now)
     for (const tunnel of scheduled) tunnel.drain()
     return scheduled.length
   }
