@@ -80,8 +80,8 @@ t.test('a raw QUIC tunnel to a pod that turns unready stays past the drain grace
   await sleep(GRACE_MS * 3)
   t.equal(pylon.closed, null, 'the tunnel is open well past the drain grace')
   t.equal((await stub.request(tunnel, 'still relayed')).toString(), 'pylon:still relayed', 'and still relays streams both ways')
-  const refused = await cluster.dial('stargate-0')
   const before = await cluster.outcome('target_unavailable')
+  const refused = await cluster.dial('stargate-0')
   t.match(await refused.closedWith(), { initiator: 'peer', app: false, code: 0x0c, reason: '', established: false }, 'a new tunnel to the unready pod is refused from its Initial (APPLICATION_ERROR, no reason phrase)')
   t.equal(await cluster.outcome('target_unavailable'), before + 1, 'counted as target_unavailable')
 
