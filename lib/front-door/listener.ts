@@ -12,7 +12,7 @@
  * request/response pair: Fastify's, which front-door.ts gives the listener through its
  * serverFactory (Fastify never listens; this class accepts and closes every connection). The
  * HTTP/2 server and the per-stream checks (rapid reset, header list size) are the router's one
- * hardened setup (lib/http2-server.ts).
+ * HTTP/2 admission (lib/http2-admission.ts).
  *
  * Limits (SPEC §12, issue 14): a cap on open connections (closed at accept beyond it), a TLS
  * handshake timeout, and the header, keep-alive and HTTP/2 idle timeouts of
@@ -44,8 +44,7 @@ import { DRAIN_REASONS } from '../drain/drain-reasons.ts'
 import { FrontDoorConnection, type EndGrpcStream } from './connection-drain.ts'
 import { HTTP_ERRORS } from '../http-forward/errors.ts'
 import { headersTooLargeAnswers, refuseUnframedRequest, type HeadersTooLarge } from './http-errors.ts'
-import type { RapidResetGuardOptions } from './http2-guard.ts'
-import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits } from '../http2-server.ts'
+import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits, type RapidResetGuardOptions } from '../http2-admission.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
 import { destroyIfOpen } from '../safe-io.ts'
@@ -537,7 +536,7 @@ export class FrontDoorListener {
     }
     const grpc = isGrpcContentType(headers['content-type'])
     // Node resets lists over the advertised size (twice the limit) itself; between the limit
-    // and that, this answer (http2-server.ts, advertisedHeaderListSize).
+    // and that, this answer (http2-admission.ts, advertisedHeaderListSize).
     if (admission === 'headers_too_large') {
       const answer = this.#headersTooLarge
       if (grpc) respondWithStatus(stream, answer.grpc.status, answer.grpc.message)
