@@ -11,9 +11,6 @@ import { SnapshotStore } from '../lib/discovery/snapshot-store.ts'
 import { FileTargetSource } from '../lib/discovery/file.ts'
 import type { DiscoveryStatus } from '../lib/discovery/types.ts'
 import { SHUTDOWN_MESSAGE, WatchStargatesHub } from '../lib/control-plane/watch-stargates.ts'
-import { createGrpcDispatch } from '../lib/control-plane/grpc-dispatch.ts'
-import { GrpcStatus, respondWithStatus } from '../lib/control-plane/grpc.ts'
-import { GRPC_ERRORS } from '../lib/control-plane/errors.ts'
 import { ConnectionRegistry } from '../lib/drain/connection-registry.ts'
 import { RegistrationForwarder } from '../lib/control-plane/registration-forwarder.ts'
 import { UpstreamPool } from '../lib/control-plane/upstream-pool.ts'
@@ -169,9 +166,6 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   const peers = await startPeers({ config, snapshot: store, metrics, logger, kubeConfig: deps.kubeConfig, backoff: deps.discoveryBackoff })
   if (peers !== null) closers.push('peers', () => peers.close())
 
-  // Created once every listener is up; a watch that arrives before is refused (that window is
-  // the listen calls themselves).
-  let hub: WatchStargatesHub | null = null
   const upstreamPool = new UpstreamPool({
     snapshot: store,
     connectTimeoutMs: config.connectTimeoutMs,
@@ -219,18 +213,25 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     metrics,
   })
   metrics.setBufferedBodiesSource(() => httpForwarder.bufferedBodies)
+  // Opened once every listener is up; a watch that arrives before is refused (that window is
+  // the listen calls themselves).
+  const hub = new WatchStargatesHub({
+    snapshot: store,
+    template,
+    advertisedGrpcPort: config.advertisedGrpcPort,
+    grpcPylonDialAddr: config.grpcPylonDialAddr,
+    remoteStargateUrls: config.remoteStargateUrls,
+    heartbeatMs: config.watchHeartbeatMs,
+    metrics,
+    logger,
+  })
+  closers.push('watch hub', () => { hub.close(SHUTDOWN_MESSAGE) })
   const frontDoor = new FrontDoor({
     http: httpForwarder,
+    grpc: { watchStargates: hub, registerInferenceServer: registrations },
     host: config.listenAddr.host,
     port: config.listenAddr.port,
     logger,
-    onGrpcStream: createGrpcDispatch({
-      watchStargates: (stream) => {
-        if (hub !== null) hub.handle(stream)
-        else respondWithStatus(stream, GrpcStatus.UNAVAILABLE, 'router is starting')
-      },
-      registerInferenceServer: (stream, headers, rawHeaders) => { registrations.handle(stream, headers, rawHeaders) },
-    }),
     tls: tls.frontDoor,
     limits: { maxConcurrentStreams: config.http2MaxConcurrentStreams, maxHeaderListSize: config.http2MaxHeaderListBytes },
     onRapidReset: () => { metrics.http2RapidResetCloses.inc() },
@@ -246,13 +247,6 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     onTimedOut: (reason) => { metrics.limits.connectionsTimedOut.labels(reason).inc() },
     onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
     registry: connections,
-    // A draining connection's control-plane streams end with their owner's status: a
-    // registration cancels its upstream stream, a watch leaves the hub.
-    endGrpcStream: (stream, code) => {
-      if (registrations.end(stream, code) || (hub?.end(stream, code) ?? false)) return
-      const error = GRPC_ERRORS[code]
-      respondWithStatus(stream, error.status, error.message)
-    },
     onDrainRefused: () => { metrics.drain.streamsRefused.labels('registration', 'pylon').inc() },
   })
   tls.attach(frontDoor.listener, upstreamPool, httpPods)
@@ -293,18 +287,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
   closers.push('quic engine', () => { engine.close() })
   const runningTunnel = await startTunnel({ config, engine, snapshot: store, template, tls: tls.manager, metrics, logger, connections })
   closers.push('tunnels', () => runningTunnel.close())
-  hub = new WatchStargatesHub({
-    snapshot: store,
-    template,
-    advertisedGrpcPort: config.advertisedGrpcPort,
-    grpcPylonDialAddr: config.grpcPylonDialAddr,
-    remoteStargateUrls: config.remoteStargateUrls,
-    heartbeatMs: config.watchHeartbeatMs,
-    metrics,
-    logger,
-  })
-  const watchHub = hub
-  closers.push('watch hub', () => { watchHub.close(SHUTDOWN_MESSAGE) })
+  hub.open()
   logger.info({ frontDoor: frontDoorAddress, health: healthAddress, discovery: config.discovery, template: template.source, frontDoorTls: tls.frontDoor !== null, clientCertificates: tls.frontDoor?.requireClientCert ?? false, upstreamTls: tls.registration !== null }, 'stargate router listening')
 
   let stopping: Promise<void> | null = null
@@ -322,7 +305,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
       // lets its open work finish and closes; the process goes as soon as none is left.
       runningTunnel.stopAccepting()
       const drained = connections.drainAll('shutdown')
-      watchHub.close(SHUTDOWN_MESSAGE)
+      hub.close(SHUTDOWN_MESSAGE)
       // The front door stops listening and cuts what is still open at the deadline (gone 500 ms
       // later at most); what else is open then is closed, and the closers share what is left.
       const frontDoorClosed = frontDoor.close(drainMs)

@@ -1,6 +1,6 @@
 /**
  * The gRPC statuses the control plane sends (SPEC §5): registration (RegisterInferenceServer),
- * WatchStargates, the method dispatch and the front door's header limit on gRPC streams. One
+ * WatchStargates, the method routing and the front door's header limit on gRPC streams. One
  * table, code → status, message and the registration outcome it is counted as, so the status a
  * Pylon sees, the metric and the docs (docs/errors.md, via lib/errors.ts) cannot drift apart.
  *
@@ -113,6 +113,14 @@ export const GRPC_ERRORS = {
     meaning: 'the pod started terminating or left the Service and did not come back within --drain-grace-ms (a pod that only turns unready keeps its streams)',
     action: 'none: the Pylon registers with another stargate',
   },
+  // WatchStargates
+  starting: {
+    status: GrpcStatus.UNAVAILABLE,
+    outcome: null,
+    message: 'router is starting',
+    meaning: 'the watch arrived while the router was still opening its listeners: it advertises no Stargate before their tunnels can be opened through it',
+    action: 'none: the Pylon watches again',
+  },
   // Both RPCs
   shutting_down: {
     status: GrpcStatus.UNAVAILABLE,
@@ -135,7 +143,7 @@ export const GRPC_ERRORS = {
     meaning: 'the gRPC request\'s header list is larger than --http2-max-header-list-bytes (RFC 7541 §4.1 size)',
     action: 'send less metadata, or raise --http2-max-header-list-bytes',
   },
-  // Method dispatch (lib/control-plane/grpc-dispatch.ts)
+  // Method routing (the front door's gRPC routes, lib/front-door/front-door.ts)
   method_not_post: {
     status: GrpcStatus.UNIMPLEMENTED,
     outcome: null,

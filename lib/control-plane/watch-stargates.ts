@@ -15,7 +15,7 @@
 import type { ServerHttp2Stream } from 'node:http2'
 import { create, toBinary } from '@bufbuild/protobuf'
 import { WatchStargatesResponseSchema } from './gen/stargate/stargate_pb.js'
-import { endWithStatus, frameMessage } from './grpc.ts'
+import { endWithStatus, frameMessage, respondWithStatus } from './grpc.ts'
 import { GRPC_ERRORS, type GrpcErrorCode } from './errors.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import type { PodTarget, SnapshotReader, TargetSnapshot } from '../discovery/types.ts'
@@ -102,6 +102,7 @@ export class WatchStargatesHub {
   #frame: Buffer | null = null
   #advertised: TargetSnapshot | null = null
   #unsubscribe: (() => void) | null = null
+  #open = false
   #closed = false
 
   constructor (options: WatchStargatesOptions) {
@@ -119,10 +120,23 @@ export class WatchStargatesHub {
     return this.#frame
   }
 
+  /**
+   * Watches are answered from now on; until then each is refused UNAVAILABLE `router is
+   * starting`. The router opens the hub once every listener is up, so that no Pylon is told of
+   * Stargates before their tunnels can be opened through it.
+   */
+  open (): void {
+    this.#open = true
+  }
+
   /** Serves one WatchStargates call on a stream whose request headers were accepted. */
   handle (stream: ServerHttp2Stream): void {
     if (this.#closed) {
       stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(GRPC_ERRORS.shutting_down.status), 'grpc-message': SHUTDOWN_MESSAGE }, { endStream: true })
+      return
+    }
+    if (!this.#open) {
+      respondWithStatus(stream, GRPC_ERRORS.starting.status, GRPC_ERRORS.starting.message)
       return
     }
     stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true })

@@ -7,12 +7,12 @@
  * (h2, else HTTP/1.1). The TLS SecureContext can be replaced at any time for new handshakes
  * (hot reload) without touching the listener or established connections.
  *
- * HTTP/2 streams with a gRPC content type go to the gRPC handler at the stream level (full
- * duplex, trailers); every other request, HTTP/1.1 or h2, goes to the HTTP handler as a Node
- * request/response pair: Fastify's, which front-door.ts gives the listener through its
- * serverFactory (Fastify never listens; this class accepts and closes every connection). The
- * HTTP/2 server and the per-stream checks (rapid reset, header list size) are the router's one
- * hardened setup (lib/http2-server.ts).
+ * HTTP/2 streams with a gRPC content type go to the gRPC routes (front-door.ts) at the
+ * stream level (full duplex, trailers); every other request, HTTP/1.1 or h2, goes to the HTTP
+ * handler as a Node request/response pair: Fastify's, which front-door.ts gives the listener
+ * through its serverFactory (Fastify never listens; this class accepts and closes every
+ * connection). The HTTP/2 server and the per-stream checks (rapid reset, header list size)
+ * are the router's one HTTP/2 admission (lib/http2-admission.ts).
  *
  * Limits (SPEC §12, issue 14): a cap on open connections (closed at accept beyond it), a TLS
  * handshake timeout, and the header, keep-alive and HTTP/2 idle timeouts of
@@ -44,8 +44,7 @@ import { DRAIN_REASONS } from '../drain/drain-reasons.ts'
 import { FrontDoorConnection, type EndGrpcStream } from './connection-drain.ts'
 import { HTTP_ERRORS } from '../http-forward/errors.ts'
 import { headersTooLargeAnswers, refuseUnframedRequest, type HeadersTooLarge } from './http-errors.ts'
-import type { RapidResetGuardOptions } from './http2-guard.ts'
-import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits } from '../http2-server.ts'
+import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits, type RapidResetGuardOptions } from '../http2-admission.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
 import { destroyIfOpen } from '../safe-io.ts'
@@ -97,8 +96,8 @@ export interface FrontDoorOptions {
   readonly onConnectionCount?: (count: number) => void
   /** Where connections are registered to be drained (shutdown, replica balancing); null: nowhere. */
   readonly registry?: ConnectionRegistry | null
-  /** Ends an open WatchStargates or RegisterInferenceServer stream when its connection drains (default: the bare status). */
-  readonly endGrpcStream?: EndGrpcStream
+  /** Ends an open WatchStargates or RegisterInferenceServer stream when its connection drains. */
+  readonly endGrpcStream: EndGrpcStream
   /** A gRPC stream arrived on a draining connection and was refused. */
   readonly onDrainRefused?: () => void
 }
@@ -136,12 +135,6 @@ function onControlStreamClose (this: Tagged<ServerHttp2Stream>): void {
 function onRegistrationStreamClose (this: Tagged<ServerHttp2Stream>): void {
   const connection = this[kTracked]?.connection
   if (connection !== undefined && connection.registrations > 0) connection.registrations--
-}
-
-/** The status of a control-plane stream whose connection drains, when no owner ends it. */
-function endWithCode (stream: ServerHttp2Stream, code: keyof typeof GRPC_ERRORS): void {
-  const error = GRPC_ERRORS[code]
-  respondWithStatus(stream, error.status, error.message)
 }
 
 export class FrontDoorListener {
@@ -394,7 +387,7 @@ export class FrontDoorListener {
     const connection = this.#deadlines.track(socket)
     this.#tracked.set(socket, connection)
     const registry = this.#options.registry ?? null
-    const handle = new FrontDoorConnection(connection, registry?.now() ?? Date.now(), this.#options.endGrpcStream ?? endWithCode)
+    const handle = new FrontDoorConnection(connection, registry?.now() ?? Date.now(), this.#options.endGrpcStream)
     this.#handles.set(connection, handle)
     const release = registry?.add(handle) ?? null
     socket.once('close', () => {
@@ -537,7 +530,7 @@ export class FrontDoorListener {
     }
     const grpc = isGrpcContentType(headers['content-type'])
     // Node resets lists over the advertised size (twice the limit) itself; between the limit
-    // and that, this answer (http2-server.ts, advertisedHeaderListSize).
+    // and that, this answer (http2-admission.ts, advertisedHeaderListSize).
     if (admission === 'headers_too_large') {
       const answer = this.#headersTooLarge
       if (grpc) respondWithStatus(stream, answer.grpc.status, answer.grpc.message)

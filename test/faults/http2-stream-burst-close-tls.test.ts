@@ -1,6 +1,6 @@
 // Issue 30 (critical), on the TLS front door (ALPN h2): a client that opened a couple of
 // hundred streams and then lost its connection ended the router: the rapid-reset guard
-// (SPEC §12, lib/front-door/http2-guard.ts) counted the streams the closed connection took
+// (SPEC §12, lib/http2-admission.ts) counted the streams the closed connection took
 // with it as client resets, tripped at 200 and called session.goaway() on the destroyed
 // session, which threw ERR_HTTP2_INVALID_SESSION from a stream 'close' handler: exit 1.
 //

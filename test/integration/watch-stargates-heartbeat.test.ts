@@ -75,6 +75,7 @@ t.test('each heartbeat is sent exactly --watch-heartbeat-ms after the last messa
   const compiled = compileHostnameTemplate('{pod_name}.stargate.external', NAMESPACE)
   if (!compiled.ok) throw new Error(compiled.message)
   const hub = new WatchStargatesHub({ snapshot: store, template: compiled.template, advertisedGrpcPort: 50071, grpcPylonDialAddr: 'https://gw.example.com', remoteStargateUrls: [], heartbeatMs: H, metrics, logger: createLogSink().logger, timers: clock })
+  hub.open()
   const server = http2.createServer()
   server.on('stream', (stream) => { hub.handle(stream) })
   await new Promise<void>((resolve) => { server.listen(0, '127.0.0.1', resolve) })

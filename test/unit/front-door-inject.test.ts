@@ -4,7 +4,7 @@
 // (a media type it cannot parse, a path it cannot decode) are forwarded as before, not 415/400;
 // an exception on the way is 500 internal_error, logged with the request id and no secret.
 import t, { type Test } from 'tap'
-import { FrontDoor, type HttpHandler } from '../../lib/front-door/front-door.ts'
+import { FrontDoor, type GrpcMethod, type HttpHandler } from '../../lib/front-door/front-door.ts'
 import { HttpForwarder } from '../../lib/http-forward/forwarder.ts'
 import { HttpPods } from '../../lib/http-forward/pods.ts'
 import { TrustedProxies } from '../../lib/http-forward/trusted-proxies.ts'
@@ -19,6 +19,9 @@ function target (identity: string, httpPort: number | null): PodTarget {
   // 192.0.2.0/24 (TEST-NET-1): nothing in these tests may reach it.
   return { identity, namespace: 'stargate', address: '192.0.2.1', host: '192.0.2.1', grpcPort: 50051, quicPort: 50052, httpPort, nodeName: null, zone: null, serving: true }
 }
+
+/** No gRPC call is made here (app.inject speaks HTTP/1.1 to Fastify only). */
+const NO_GRPC: GrpcMethod = { handle: () => {}, end: () => false }
 
 interface Built {
   readonly door: FrontDoor
@@ -51,7 +54,7 @@ function build (t: Test, targets: readonly PodTarget[], http?: HttpHandler): Bui
     metrics: createMetrics(undefined, { defaultMetrics: false }),
   })
   const sink = createLogSink()
-  const door = new FrontDoor({ host: '127.0.0.1', port: 0, logger: sink.logger, tls: null, onGrpcStream: () => {}, http: http ?? forwarder })
+  const door = new FrontDoor({ host: '127.0.0.1', port: 0, logger: sink.logger, tls: null, grpc: { watchStargates: NO_GRPC, registerInferenceServer: NO_GRPC }, http: http ?? forwarder })
   t.teardown(async () => {
     await door.app.close()
     await pods.close(0)

@@ -1,4 +1,4 @@
-// The rapid-reset guard (SPEC §12, lib/front-door/http2-guard.ts) on a real HTTP/2 server, fed
+// The rapid-reset guard (SPEC §12, lib/http2-admission.ts) on a real HTTP/2 server, fed
 // exact frames from a raw socket. Issue 30: streams closed because their connection ended
 // (the client's FIN or RST, a connection error) were counted as client resets; at 200 the
 // guard tripped and its GOAWAY went to the destroyed session, which threw from a stream
@@ -7,7 +7,7 @@
 import t, { type Test } from 'tap'
 import http2, { type ServerHttp2Session } from 'node:http2'
 import type { AddressInfo } from 'node:net'
-import { RapidResetGuard } from '../../lib/front-door/http2-guard.ts'
+import { RapidResetGuard } from '../../lib/http2-admission.ts'
 import { FRAME, RawH2Client, frame, type Fields } from '../fixtures/raw-h2.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
