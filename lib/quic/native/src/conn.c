@@ -174,37 +174,6 @@ static int recv_stateless_reset_cb(ngtcp2_conn *conn, const ngtcp2_pkt_stateless
   return 0;
 }
 
-/* Reads a QUIC varint (RFC 9000 §16); returns its length or 0 (also bridge.c's stream headers). */
-size_t q_varint_get(const uint8_t *b, size_t len, uint64_t *v) {
-  if (len == 0) return 0;
-  size_t n = (size_t)1 << (b[0] >> 6);
-  if (n > len) return 0;
-  uint64_t x = b[0] & 0x3f;
-  for (size_t i = 1; i < n; i++) x = (x << 8) | b[i];
-  *v = x;
-  return n;
-}
-
-size_t q_varint_put(uint8_t *b, uint64_t v) {
-  if (v < 64) {
-    b[0] = (uint8_t)v;
-    return 1;
-  }
-  if (v < 16384) {
-    b[0] = (uint8_t)(0x40 | (v >> 8));
-    b[1] = (uint8_t)v;
-    return 2;
-  }
-  if (v < 1073741824) {
-    for (int i = 3; i >= 0; i--, v >>= 8) b[i] = (uint8_t)v;
-    b[0] |= 0x80;
-    return 4;
-  }
-  for (int i = 7; i >= 0; i--, v >>= 8) b[i] = (uint8_t)v;
-  b[0] |= 0xc0;
-  return 8;
-}
-
 static int recv_datagram_cb(ngtcp2_conn *conn, uint32_t flags, const uint8_t *data, size_t len, void *ud) {
   (void)conn;
   (void)flags;
@@ -736,7 +705,7 @@ static int dgram_fits(qconn *c, size_t len) {
   const ngtcp2_transport_params *rp = ngtcp2_conn_get_remote_transport_params(c->conn);
   if (rp != NULL && rp->max_udp_payload_size < payload) payload = (size_t)rp->max_udp_payload_size;
   size_t header = 1 + ngtcp2_conn_get_dcid(c->conn)->datalen + 4 + 16;
-  size_t frame = 1 + (len < 64 ? 1 : len < 16384 ? 2 : len < 1073741824 ? 4 : 8) + len;
+  size_t frame = 1 + q_varint_len(len) + len;
   return header + frame <= payload;
 }
 

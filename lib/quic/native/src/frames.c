@@ -14,17 +14,6 @@
 
 qconn *frames_current = NULL;
 
-static int varint(const uint8_t *b, size_t len, size_t *at, uint64_t *v) {
-  if (*at >= len) return -1;
-  size_t n = (size_t)1 << (b[*at] >> 6);
-  if (*at + n > len) return -1;
-  uint64_t x = b[*at] & 0x3f;
-  for (size_t i = 1; i < n; i++) x = (x << 8) | b[*at + i];
-  *at += n;
-  *v = x;
-  return 0;
-}
-
 static int skip(size_t len, size_t *at, uint64_t n) {
   if (n > len - *at) return -1;
   *at += (size_t)n;
@@ -45,44 +34,44 @@ static void scan(qconn *c, const uint8_t *p, size_t len) {
   size_t at = 0;
   uint64_t type, v, n, id;
   while (at < len) {
-    if (varint(p, len, &at, &type) != 0) return;
+    if (q_varint_read(p, len, &at, &type) != 0) return;
     switch (type) {
       case 0x00: case 0x01: case 0x1e:
         break;
       case 0x02: case 0x03: {
         uint64_t ranges;
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v) || varint(p, len, &at, &ranges) || varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &ranges) || q_varint_read(p, len, &at, &v)) return;
         for (uint64_t i = 0; i < 2 * ranges; i++) {
-          if (varint(p, len, &at, &v) != 0) return;
+          if (q_varint_read(p, len, &at, &v) != 0) return;
         }
         if (type == 0x03) {
           for (int i = 0; i < 3; i++) {
-            if (varint(p, len, &at, &v) != 0) return;
+            if (q_varint_read(p, len, &at, &v) != 0) return;
           }
         }
         break;
       }
       case 0x04:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v) || varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v)) return;
         break;
       case 0x05:
-        if (varint(p, len, &at, &id) || varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &id) || q_varint_read(p, len, &at, &v)) return;
         record(c, id, v);
         break;
       case 0x06:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       case 0x07:
-        if (varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       case 0x10: case 0x12: case 0x13: case 0x14: case 0x16: case 0x17: case 0x19:
-        if (varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &v)) return;
         break;
       case 0x11: case 0x15:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v)) return;
         break;
       case 0x18:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v) || at >= len) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v) || at >= len) return;
         n = p[at++];
         if (skip(len, &at, n + NGTCP2_STATELESS_RESET_TOKENLEN)) return;
         break;
@@ -90,22 +79,22 @@ static void scan(qconn *c, const uint8_t *p, size_t len) {
         if (skip(len, &at, 8)) return;
         break;
       case 0x1c:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v) || varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       case 0x1d:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       case 0x30:
         return; /* DATAGRAM without length: the rest of the packet */
       case 0x31:
-        if (varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       default:
         if (type >= 0x08 && type <= 0x0f) {
-          if (varint(p, len, &at, &v)) return;
-          if ((type & 0x04) && varint(p, len, &at, &v)) return;
+          if (q_varint_read(p, len, &at, &v)) return;
+          if ((type & 0x04) && q_varint_read(p, len, &at, &v)) return;
           if (!(type & 0x02)) return; /* no length: the data runs to the end of the packet */
-          if (varint(p, len, &at, &n) || skip(len, &at, n)) return;
+          if (q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
           break;
         }
         return;

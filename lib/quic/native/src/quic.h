@@ -34,6 +34,7 @@
 #include <gnutls/gnutls.h>
 
 #include "map.h"
+#include "varint.h"
 
 #define Q_SCID_LEN 16
 #define Q_RX_SLOTS 32
@@ -543,8 +544,6 @@ void conn_arm_timer(qconn *c);
 void conn_on_timer(qconn *c);
 int conn_dgram_queue(qconn *c, const uint8_t *data, size_t len);
 qstream *conn_find_stream(qconn *c, int64_t id);
-size_t q_varint_get(const uint8_t *b, size_t len, uint64_t *v);
-size_t q_varint_put(uint8_t *b, uint64_t v);
 
 /* frames.c */
 extern qconn *frames_current;
