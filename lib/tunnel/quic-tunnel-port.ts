@@ -13,6 +13,8 @@
  * - PodDrain: tunnels follow the snapshot. When a tunnel's pod terminates, leaves the Service or
  *   moves to another address, the tunnel is closed after --drain-grace-ms unless the pod comes
  *   back first, as registrations are. A pod that only turns unready keeps its tunnels.
+ * - CLOSE_FLUSH_MS: when one leg's peer closes, the other leg first delivers what the router
+ *   took from that peer, then closes with its code and reason, within this bound.
  */
 import type { Counter } from 'prom-client'
 import type { Logger } from '../log.ts'
@@ -29,6 +31,15 @@ import { QUIC_CLOSE_REASONS, type QuicCloseCode } from './errors.ts'
 export const TUNNEL_CLOSE_REASONS: { readonly [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] } = Object.fromEntries(
   Object.entries(QUIC_CLOSE_REASONS).map(([code, { reason }]) => [code, reason])
 ) as { [K in QuicCloseCode]: typeof QUIC_CLOSE_REASONS[K]['reason'] }
+
+/**
+ * How long a leg whose other leg's peer closed may take to deliver what the router holds for it
+ * (bytes already acknowledged to that peer, and the FINs and resets that came with them) before
+ * it is closed with that peer's code and reason anyway (QuicConnection.closeWhenFlushed): a
+ * leg's whole connection window, 16 MiB, at 13 Mbit/s. Its idle timeout ends it sooner when its
+ * peer goes silent; the memory is what the leg already holds, as nothing new is read for it.
+ */
+export const CLOSE_FLUSH_MS = 10_000
 
 /** What both relays of the tunnel port (raw QUIC, WebTransport over HTTP/3) are built with. */
 export interface TunnelPortRelayOptions {

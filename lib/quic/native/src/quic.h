@@ -181,6 +181,8 @@ struct qstream {
   qchain tx;
   int tx_fin;              /* FIN queued */
   int tx_fin_sent;
+  int tx_fin_alone;        /* the FIN went in a frame of its own (all bytes were sent before it) */
+  int tx_fin_acked;        /* the frame carrying the FIN was acknowledged */
   int tx_shut;             /* reset or stopped: nothing more may be sent */
   int tx_blocked;          /* flow-control blocked (waiting for extend_max_stream_data) */
   int tx_want_writable;    /* a write was cut short: EV_STREAM_WRITABLE when room returns */
@@ -271,6 +273,14 @@ struct qconn {
   struct { int64_t id; uint64_t code; } stops[8];
   int nstops;
   int closed_event_sent;
+  int peer_closed;         /* the peer's CONNECTION_CLOSE ended it */
+  /* close once flushed (conn_close_flushed): the CONNECTION_CLOSE to send, and by when at the latest */
+  int flush_close;
+  int flush_app;
+  uint64_t flush_code;
+  uint8_t *flush_reason;
+  size_t flush_reasonlen;
+  uint64_t flush_deadline;
   uint64_t keep_alive_ns;
   size_t stream_send_limit;
   int local_datagrams;     /* we offered datagrams */
@@ -538,6 +548,11 @@ qconn *conn_new_client(qendpoint *ep, qcred *cr, const char *sni, const uint8_t 
 void conn_read(qconn *c, const uint8_t *data, size_t len, const struct sockaddr *from, socklen_t fromlen);
 void conn_write(qconn *c);
 void conn_close(qconn *c, int app, uint64_t code, const char *reason, size_t reasonlen);
+/* Closes like conn_close once every stream's bytes, FIN and reset have reached the peer, or
+   after timeout_ns at the latest; -1 when not open. conn_flush_close_now sends that close at
+   once (the endpoint is closing). */
+int conn_close_flushed(qconn *c, int app, uint64_t code, const char *reason, size_t reasonlen, uint64_t timeout_ns);
+void conn_flush_close_now(qconn *c);
 void conn_kill(qconn *c, int kind, int emit);
 void conn_reap(qengine *eng);
 void conn_arm_timer(qconn *c);

@@ -384,6 +384,12 @@ int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) 
 void stream_on_acked(qstream *s, uint64_t offset, uint64_t len) {
   qconn *c = s->conn;
   uint64_t upto = offset + len;
+  /* ngtcp2 reports an acknowledged frame by how far the contiguous acknowledged offset moved; it
+     reports one that moved nothing only when the frame carried the FIN. The frame holding the
+     last byte carries the FIN unless that went alone, after every byte had been sent. (A lost
+     last frame and lone FIN that ngtcp2 merges for retransmission are seen only by the stream's
+     close.) */
+  if (s->tx_fin_sent && (len == 0 || (!s->tx_fin_alone && upto >= s->tx.end))) s->tx_fin_acked = 1;
   if (upto <= s->tx.acked) return;
   uint64_t before = s->tx.acked;
   chain_release(&s->tx, upto, c->eng);
@@ -551,10 +557,16 @@ int stream_splice(qstream *a, qstream *b) {
   return 0;
 }
 
-/* s's connection is ending: the partner leg must not wait for bytes that will never come. */
+/* s's connection is ending: the partner leg must not wait for bytes that will never come.
+   When the peer closed it, what the peer sent is all there is, and the partner delivers it,
+   ending with its own connection's close (conn_close_flushed): neither a reset (its peer may
+   discard what it has not read) nor STOP_SENDING (some stacks tear the whole stream down on it)
+   reaches a stream still being delivered; what its peer sends meanwhile is credited and dropped
+   (stream_on_recv). A stream being reset anyway is stopped too, so that ngtcp2 can end it. */
 void stream_conn_gone(qstream *s) {
   qstream *p = s->peer;
   if (p == NULL) return;
-  if (!s->splice_read_done) queue_reset(p, 0);
-  if (!p->splice_read_done) queue_stop(p, 0);
+  int deliver = s->conn->peer_closed;
+  if (!s->splice_read_done && !deliver) queue_reset(p, 0);
+  if (!p->splice_read_done && (!deliver || p->tx_shut)) queue_stop(p, 0);
 }
