@@ -12,9 +12,7 @@
  * latest: a reader that never reads gets the close at that bound, with the same code and reason.
  */
 import t from 'tap'
-import { writeFile } from 'node:fs/promises'
-import { join } from 'node:path'
-import { QuinnPeer, patternSha256, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
+import { patternSha256, quinnPeerSkip, type QuinnPeer } from '../fixtures/quinn-peer.ts'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import type { Teardown } from '../fixtures/kube-router.ts'
 import { CLOSE_FLUSH_MS } from '../../lib/tunnel/quic-tunnel-port.ts'
@@ -30,28 +28,11 @@ const MIB = 1 << 20
 const BIG = 2.5 * MIB
 const SMALL = MIB / 2
 
-interface Tunnel {
-  readonly cluster: QuicCluster
-  readonly pylon: QuinnPeer
-  readonly stargate: QuinnPeer
-  /** The Stargate's connection number for the relayed tunnel. */
-  readonly sc: number
-}
-
 /** A Pylon and a Stargate on quinn 0.11 through the router; streams each opens are held unread by the other. */
-async function tunnel (t: Teardown, subnet: string): Promise<Tunnel> {
+async function tunnel (t: Teardown, subnet: string): Promise<{ cluster: QuicCluster, pylon: QuinnPeer, stargate: QuinnPeer, sc: number }> {
   const cluster = await QuicCluster.start(t, { pods: [], subnet })
-  const certPath = join(cluster.tls.dir, 'pod.crt')
-  const keyPath = join(cluster.tls.dir, 'pod.key')
-  await writeFile(certPath, cluster.tls.stargate.chainPem)
-  await writeFile(keyPath, cluster.tls.stargate.keyPem)
-  const stargate = await QuinnPeer.server(t, { listen: `${subnet}.10:0`, certPath, keyPath, accept: 'hold' })
-  cluster.list('stargate-0', `${subnet}.10`, stargate.port, true)
-  await cluster.waitForTargets(1)
-  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath, accept: 'hold' })
-  await pylon.established(1)
-  const { conn: sc } = await stargate.waitEvent('connected')
-  return { cluster, pylon, stargate, sc }
+  const hold = { accept: 'hold' } as const
+  return { cluster, ...await cluster.quinnTunnel('stargate-0', `${subnet}.10`, { stargate: hold, pylon: hold }) }
 }
 
 t.test('the Stargate closes after the router acknowledged 2.5 MiB on a stream and 512 KiB on a uni stream: the Pylon reads both whole with their FINs, then the Stargate\'s close', { skip }, async (t) => {

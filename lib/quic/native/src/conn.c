@@ -95,6 +95,7 @@ static int stream_open_cb(ngtcp2_conn *conn, int64_t stream_id, void *ud) {
   qstream *s = stream_new(c, stream_id);
   if (s == NULL) return NGTCP2_ERR_CALLBACK_FAILURE;
   ngtcp2_conn_set_stream_user_data(conn, stream_id, s);
+  if (!ngtcp2_is_bidi_stream(stream_id)) c->peer_uni_bytes += Q_PEER_UNI_STATE;
   if (drain_on_open(s)) return 0;
   if (bridge_on_open(s)) return 0;
   engine_emit(c->eng, EV_STREAM_OPENED, c->id, stream_id, 0, 0, NULL, 0);
@@ -108,7 +109,8 @@ static int stream_close_cb(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
   /* A STOP_SENDING in this same packet must be passed on before the stream goes. */
   if (c->nstops > 0) frames_apply_stops(c, stream_id);
   /* ngtcp2 0.12 renews the peer's stream credit only when told: one stream ended, one more may
-     open (so the limit is on concurrent streams, RFC 9000 §4.6). Not while draining (drain.c). */
+     open (so the limit is on concurrent streams, RFC 9000 §4.6). Not while draining (drain.c).
+     (It never closes a stream the peer opened unidirectionally: stream.c retires those.) */
   if (!ngtcp2_conn_is_local_stream(conn, stream_id) && c->drain_scope == DRAIN_NONE) {
     if (ngtcp2_is_bidi_stream(stream_id)) ngtcp2_conn_extend_max_streams_bidi(conn, 1);
     else ngtcp2_conn_extend_max_streams_uni(conn, 1);

@@ -1,5 +1,6 @@
 /*
- * STOP_SENDING from the peer, read from decrypted packets.
+ * STOP_SENDING from the peer, read from decrypted packets (and out-of-order data on the peer's
+ * unidirectional streams, for the bound on what ngtcp2 keeps of them: peer_uni_data).
  *
  * ngtcp2 0.12 answers a received STOP_SENDING with RESET_STREAM by itself but tells the
  * application nothing (its stream_stop_sending callback fires for STOP_SENDING we send), so the
@@ -28,6 +29,23 @@ static void record(qconn *c, uint64_t id, uint64_t code) {
   c->stops[c->nstops].id = (int64_t)id;
   c->stops[c->nstops].code = code;
   c->nstops++;
+}
+
+/* STREAM data at off on stream id: on a stream the peer opened unidirectionally, data beyond
+   what ngtcp2 has delivered makes it buffer out of order, in a reassembly buffer it keeps with
+   the stream to the connection's end (stream.c retire_peer_uni); counted once per stream. A
+   new stream's first frame counts when it starts past 0 (counted again should a second such
+   frame come in the same packet: an overestimate, never an underestimate). */
+static void peer_uni_data(qconn *c, uint64_t id, uint64_t off, uint64_t n) {
+  if (n == 0 || off == 0 || ngtcp2_is_bidi_stream((int64_t)id) || ngtcp2_conn_is_local_stream(c->conn, (int64_t)id)) return;
+  qstream *s = conn_find_stream(c, (int64_t)id);
+  if (s == NULL) {
+    if ((int64_t)id > c->peer_max[1]) c->peer_uni_bytes += Q_PEER_UNI_REORDERED;
+    return;
+  }
+  if (s->rx_reordered || off <= s->rx_off) return;
+  s->rx_reordered = 1;
+  c->peer_uni_bytes += Q_PEER_UNI_REORDERED;
 }
 
 static void scan(qconn *c, const uint8_t *p, size_t len) {
@@ -91,10 +109,16 @@ static void scan(qconn *c, const uint8_t *p, size_t len) {
         break;
       default:
         if (type >= 0x08 && type <= 0x0f) {
-          if (q_varint_read(p, len, &at, &v)) return;
-          if ((type & 0x04) && q_varint_read(p, len, &at, &v)) return;
-          if (!(type & 0x02)) return; /* no length: the data runs to the end of the packet */
+          uint64_t off = 0;
+          if (q_varint_read(p, len, &at, &id)) return;
+          if ((type & 0x04) && q_varint_read(p, len, &at, &off)) return;
+          if (!(type & 0x02)) {
+            /* No length: the data runs to the end of the packet. */
+            peer_uni_data(c, id, off, len - at);
+            return;
+          }
           if (q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
+          peer_uni_data(c, id, off, n);
           break;
         }
         return;

@@ -342,14 +342,42 @@ static void queue_stop(qstream *s, uint64_t code) {
   }
 }
 
+/* ngtcp2 0.12.1 never closes a stream the peer opened unidirectionally: its close waits for a
+   FIN of ours to be acknowledged, which a receive-only stream never sends (fixed in ngtcp2 0.13,
+   its PR 664). So it never renewed the peer's credit for one (conn.c stream_close_cb), and a peer
+   that opened more over a connection's life than the limit waited for good. Once the stream's read
+   side is finished (every byte and the FIN delivered, a reset received, or stopped by
+   TypeScript) it is retired here as ngtcp2 would close it: one more such stream may open (not while
+   draining), and the stream is freed once nothing is left to read. ngtcp2 keeps its own state of
+   the stream until the connection ends, so credit is renewed only while that state stays within
+   Q_PEER_UNI_BUDGET; past it the peer keeps the streams it may open. 1 when retired (callers
+   must not touch s afterwards), 0 when s is no such stream. */
+static int retire_peer_uni(qstream *s) {
+  qconn *c = s->conn;
+  if (s->ng_closed || !conn_alive(c) || ngtcp2_is_bidi_stream(s->id) || ngtcp2_conn_is_local_stream(c->conn, s->id)) return 0;
+  s->ng_closed = 1;
+  ngtcp2_conn_set_stream_user_data(c->conn, s->id, NULL);
+  c->peer_uni_retired++;
+  if (c->drain_scope == DRAIN_NONE && c->peer_uni_bytes <= Q_PEER_UNI_BUDGET) {
+    ngtcp2_conn_extend_max_streams_uni(c->conn, 1);
+    engine_mark_dirty(c->eng, c);
+  }
+  stream_dequeue(s);
+  /* One the bridge holds is freed when spliced (stream_splice) or read in TypeScript. */
+  if (s->bstate == BSTATE_NONE) stream_maybe_free(s);
+  return 1;
+}
+
 int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) {
   qengine *eng = s->conn->eng;
   int fin = (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0;
+  s->rx_off += len;
   if (s->mode == SMODE_SPLICE) {
     qstream *p = s->peer;
     if (p == NULL || p->tx_shut) {
       /* Nobody to pass it to: credit it at once so the sender is not stalled for nothing. */
       credit(s, len);
+      if (fin) retire_peer_uni(s);
       return 0;
     }
     if (len > 0 && chain_append(&p->tx, data, len, eng) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
@@ -361,6 +389,7 @@ int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) 
       if (s->conn->drain_scope != DRAIN_NONE) drain_settle(s->conn);
     }
     if (len > 0 || fin) stream_enqueue(p);
+    if (fin) retire_peer_uni(s);
     return 0;
   }
   if (s->rx_closed || s->rx_reset || s->refused) {
@@ -372,12 +401,14 @@ int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) 
   if (s->bstate != BSTATE_NONE) {
     /* Held by the bridge (bridge.c): not TypeScript's unless the bridge hands it over. */
     bridge_on_data(s);
+    if (fin) retire_peer_uni(s);
     return 0;
   }
   if (!s->rx_notified && (len > 0 || fin)) {
     s->rx_notified = 1;
     engine_emit(eng, EV_STREAM_READABLE, s->conn->id, s->id, (double)(s->rx.end - s->rx.acked), fin, NULL, 0);
   }
+  if (fin) retire_peer_uni(s);
   return 0;
 }
 
@@ -416,6 +447,7 @@ void stream_on_reset(qstream *s, uint64_t code) {
   if (s->mode == SMODE_SPLICE) {
     s->splice_read_done = 1;
     if (s->peer != NULL) queue_reset(s->peer, code);
+    retire_peer_uni(s);
     return;
   }
   /* Bytes not yet read are abandoned with the stream (RFC 9000 §3.2: "reset recvd"). */
@@ -426,8 +458,8 @@ void stream_on_reset(qstream *s, uint64_t code) {
   bridge_on_signal(s);
   chain_free(&s->rx, s->conn->eng);
   /* One waiting for a partner passes the reset on when spliced (stream_splice). */
-  if (s->bstate != BSTATE_NONE) return;
-  engine_emit(s->conn->eng, EV_STREAM_RESET, s->conn->id, s->id, (double)code, 0, NULL, 0);
+  if (s->bstate == BSTATE_NONE) engine_emit(s->conn->eng, EV_STREAM_RESET, s->conn->id, s->id, (double)code, 0, NULL, 0);
+  retire_peer_uni(s);
 }
 
 void stream_on_stop(qstream *s, uint64_t code) {
@@ -515,7 +547,8 @@ void stream_stop_sending(qstream *s, uint64_t code) {
   queue_stop(s, code);
   chain_free(&s->rx, c->eng);
   s->rx_notified = 0;
-  stream_maybe_free(s);
+  /* A peer whose FIN was in need not answer with RESET_STREAM: a receive-only stream is done now. */
+  if (!retire_peer_uni(s)) stream_maybe_free(s);
   if (c->drain_scope != DRAIN_NONE) drain_settle(c);
 }
 
