@@ -147,6 +147,19 @@ export class QuicConnection extends EventEmitter<QuicConnectionEvents> implement
     this.native.close(this.id, app, code, reason)
   }
 
+  /**
+   * close(), once what this connection holds to send has reached its peer: every stream's bytes
+   * and FIN acknowledged, its resets done (native/src/conn.c), or after timeoutMs at the latest
+   * (the idle timeout still ends it sooner when the peer goes silent). A relay closes a leg so
+   * when the other leg's peer closed: what the router took from that peer is delivered first.
+   * 'close' (kind 'local') is emitted when the CONNECTION_CLOSE goes out; until then the
+   * connection runs as before. At once when the handshake is not complete.
+   */
+  closeWhenFlushed (code: number, reason: string | Buffer, app: boolean, timeoutMs: number): void {
+    if (this.#closeInfo !== null) return
+    this.native.closeFlushed(this.id, app, code, reason, timeoutMs)
+  }
+
   /** drain() was called. */
   get draining (): boolean {
     return this.#draining

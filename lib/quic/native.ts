@@ -201,6 +201,8 @@ export interface NativeQuic {
   reject (pending: number, code: number): void
   connect (address: string, port: number, cred: number, sni: string | null, alpn: Buffer | null, transport: NativeTransport, options: { recvBuffer?: number, sendBuffer?: number }): number
   close (conn: number, app: boolean, code: number, reason: string | Buffer): void
+  /** close() once every stream's bytes, FIN and reset reached the peer, timeoutMs at the latest. */
+  closeFlushed (conn: number, app: boolean, code: number, reason: string | Buffer, timeoutMs: number): void
   destroy (conn: number): void
   /** scope 1 every peer stream, 2 the bridged WebTransport session's; the streams of work open now, -1 when not open. */
   connDrain (conn: number, scope: 1 | 2, code: number): number

@@ -8,6 +8,8 @@
  *   (`upstream_*`), is counted in quic_handshake_failures_total{reason} and logged with its
  *   reason. Unauthenticated peers cause these at will: the logger rate-limits the message per
  *   reason (lib/log.ts PEER_TRIGGERED_MESSAGES lists both modes' messages).
+ * - CLOSE_FLUSH_MS: when one leg's peer closes, the other leg first delivers what the router
+ *   took from that peer, then closes with its code and reason, within this bound.
  */
 import type { Counter } from 'prom-client'
 import type { Logger } from '../log.ts'
@@ -19,6 +21,15 @@ import type { TlsFollower } from '../tls/tls-follower.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'
 import { handshakeFailure } from '../quic/handshake-failure.ts'
 import type { HandshakeFailureLabel } from './raw-quic/metrics.ts'
+
+/**
+ * How long a leg whose other leg's peer closed may take to deliver what the router holds for it
+ * (bytes already acknowledged to that peer, and the FINs and resets that came with them) before
+ * it is closed with that peer's code and reason anyway (QuicConnection.closeWhenFlushed): a
+ * leg's whole connection window, 16 MiB, at 13 Mbit/s. Its idle timeout ends it sooner when its
+ * peer goes silent; the memory is what the leg already holds, as nothing new is read for it.
+ */
+export const CLOSE_FLUSH_MS = 10_000
 
 /** What both relays of the tunnel port (raw QUIC, WebTransport over HTTP/3) are built with. */
 export interface TunnelPortRelayOptions {

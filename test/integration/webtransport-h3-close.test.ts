@@ -12,7 +12,7 @@ import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { H3Cluster } from '../fixtures/h3-cluster.ts'
 import type { H3PylonResult } from '../fixtures/h3-pylon.ts'
-import type { WtEndpointSession } from '../fixtures/h3-wt-session.ts'
+import { readAll, type WtEndpointSession } from '../fixtures/h3-wt-session.ts'
 import { createCa } from '../fixtures/certs.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
@@ -72,6 +72,38 @@ t.test('a QUIC close from either side reaches the other leg with its code and re
   const second = await bridged(cluster)
   second.atPod.h3.close(0x102, 'stargate crashed')
   t.same(await second.pylon.ended, { how: 'connection', code: 0x102, reason: 'stargate crashed' })
+})
+
+/*
+ * The pod writes a stream, waits until the router acknowledged every byte, and closes its QUIC
+ * connection; the router held most of the stream (the Pylon's windows are small and it reads only
+ * afterwards). The failure mode: the router closed the Pylon's leg at once and the bytes it had
+ * acknowledged to the pod were lost. Now the Pylon's leg delivers them and the FIN first.
+ */
+t.test('a pod closing its connection after the router acknowledged a stream: the Pylon reads the whole stream, then the pod\'s close', async (t) => {
+  const cluster = await H3Cluster.start(t, { pods: ['stargate-0'], stub: { mode: 'manual' } })
+  const small = { maxStreamWindow: 64 * 1024, initialMaxData: 64 * 1024, maxWindow: 64 * 1024 }
+  const { pylon, atPod } = await bridged(cluster, { transport: small })
+  const size = 1536 * 1024
+  const data = Buffer.alloc(size)
+  for (let i = 0; i < size; i += 4) data.writeUInt32LE(i, i)
+  const stream = await atPod.open(true)
+  stream.end(data)
+  const incoming = await pylon.incomingBidi.next()
+  if (incoming === null) throw new Error('no stream at the Pylon')
+  incoming.pause()
+  const quic = atPod.h3.quic
+  await waitFor(() => {
+    const stats = quic.stats()
+    return stats !== null && stats.txBytes >= size + 3 && stats.bytesInFlight === 0 ? true : undefined
+  }, { message: 'the router acknowledged every byte of the stream' })
+  atPod.h3.close(0x102, 'stargate done')
+  const read = readAll(incoming)
+  incoming.resume()
+  const got = await read
+  t.equal(got.length, size, 'the Pylon reads every byte')
+  t.ok(got.equals(data), 'byte-exact')
+  t.same(await pylon.ended, { how: 'connection', code: 0x102, reason: 'stargate done' }, 'then the pod\'s close code and reason')
 })
 
 t.test('a Pylon that closes its session and goes silent (no CONNECTION_CLOSE) does not hold the pod\'s connection', async (t) => {

@@ -14,7 +14,8 @@
  *        ▼
  *   every stream, either side: a twin opened on the other leg in stream-ID order (so IDs
  *   match) and spliced natively; datagrams bridged natively when both legs negotiated them;
- *   CONNECTION_CLOSE code and reason carried to the other leg: 'completed' or 'relay_error'
+ *   CONNECTION_CLOSE code and reason carried to the other leg (after it delivered what the
+ *   closing peer had sent, within CLOSE_FLUSH_MS): 'completed' or 'relay_error'
  *
  * Streams the Pylon opens while the pod leg is still connecting wait unread (flow control
  * holds the Pylon back). Reasons sent to a peer are from TUNNEL_CLOSE_REASONS or name the failure by
@@ -32,7 +33,7 @@
  */
 import { X509Certificate } from 'node:crypto'
 import type { TrustBundle } from '../../tls/types.ts'
-import { HandshakeFailureLog, type TunnelPortRelayOptions } from '../quic-port.ts'
+import { CLOSE_FLUSH_MS, HandshakeFailureLog, type TunnelPortRelayOptions } from '../quic-port.ts'
 import { PodDrain } from '../../drain/pod-drain.ts'
 import { GraceCloser } from '../grace-closer.ts'
 import type { TunnelKind, TunnelRelay } from '../relay.ts'
@@ -490,8 +491,9 @@ export class RawQuicRelay implements TunnelRelay<QuicProposal> {
     const side = leg === 'client' ? 'pylon' : 'stargate'
     switch (info.kind) {
       case 'peer':
-        // Carried verbatim: application or transport, code and reason.
-        other?.close(info.code, info.reason, info.app)
+        // Carried verbatim: application or transport, code and reason, once the other leg has
+        // delivered what this leg's peer sent (the router acknowledged it: it is ours to deliver).
+        other?.closeWhenFlushed(info.code, info.reason, info.app, CLOSE_FLUSH_MS)
         break
       case 'idle':
         other?.close(0, fillMessage(TUNNEL_CLOSE_REASONS.leg_idle, { side }))

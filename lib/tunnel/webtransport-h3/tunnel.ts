@@ -35,6 +35,7 @@ import type { WebTransportOutcome } from '../webtransport-metrics.ts'
 import { webTransportCodeToHttp3 } from '../../quic/h3/errors.ts'
 import { STREAM_REFUSALS } from '../errors.ts'
 import { tunnelCloseReasonOf, type DrainReason } from '../../drain/drain-reasons.ts'
+import { CLOSE_FLUSH_MS } from '../quic-port.ts'
 
 /** The stream error a draining session refuses a new stream with: the catalogue's code, as WebTransport carries it. */
 const DRAIN_REFUSAL = webTransportCodeToHttp3(STREAM_REFUSALS.draining.code)
@@ -561,6 +562,8 @@ export class WebTransportH3Tunnel {
       return
     }
     if (info === null) leg.close(H3_ERROR.H3_NO_ERROR, '')
+    // A peer's own close waits for the other leg to deliver what that peer had sent.
+    else if (info.kind === 'peer') leg.quic.closeWhenFlushed(info.code, info.reason, info.app, CLOSE_FLUSH_MS)
     else leg.quic.close(info.code, info.reason, info.app)
     this.#finalise()
   }

@@ -53,6 +53,11 @@
  * connect(address, port, cred, sni | null, alpn: Buffer | null, transport, options) -> conn
  *   options: {recvBuffer, sendBuffer}; the connection gets its own connected UDP socket
  * close(conn, app, code, reason)            CONNECTION_CLOSE, then the closing period
+ * closeFlushed(conn, app, code, reason, timeoutMs)   the same close once every stream's bytes,
+ *                                           FIN and reset have reached the peer, or after
+ *                                           timeoutMs at the latest (conn.c); CLOSED (local)
+ *                                           when it goes out. At once when still handshaking;
+ *                                           an endpoint closing sends it at once too
  * destroy(conn)                             forget it now, tell nobody
  * connDrain(conn, scope, code) -> streams of work open now (-1: not open)
  *   no new peer streams from now on (drain.c): scope 1 every stream the peer opens, 2 the
@@ -598,20 +603,37 @@ static napi_value js_connect(napi_env env, napi_callback_info info) {
   return num(env, c->id);
 }
 
-static napi_value js_close(napi_env env, napi_callback_info info) {
+/* close(conn, app, code, reason) and closeFlushed(conn, app, code, reason, timeoutMs). */
+static napi_value close_with(napi_env env, napi_callback_info info, int flushed) {
   qengine *eng = engine_of(env);
-  napi_value argv[4];
-  get_args(env, info, 4, argv);
+  napi_value argv[5];
+  get_args(env, info, 5, argv);
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL) return undefined(env);
   int app = get_bool(env, argv[1], 1);
   uint64_t code = (uint64_t)get_num(env, argv[2], 0);
   size_t len = 0;
   char *reason = get_reason(env, argv[3], &len);
-  if (c->state <= CSTATE_OPEN) conn_close(c, app, code, reason, reason == NULL ? 0 : len);
+  if (reason == NULL) len = 0;
+  if (flushed) {
+    double ms = get_num(env, argv[4], 0);
+    if (!(ms > 0)) ms = 0;
+    if (ms > 86400000) ms = 86400000;
+    conn_close_flushed(c, app, code, reason, len, (uint64_t)(ms * 1e6));
+  } else if (c->state <= CSTATE_OPEN) {
+    conn_close(c, app, code, reason, len);
+  }
   free(reason);
   engine_kick(eng);
   return undefined(env);
+}
+
+static napi_value js_close(napi_env env, napi_callback_info info) {
+  return close_with(env, info, 0);
+}
+
+static napi_value js_close_flushed(napi_env env, napi_callback_info info) {
+  return close_with(env, info, 1);
 }
 
 static napi_value js_destroy(napi_env env, napi_callback_info info) {
@@ -944,6 +966,7 @@ NAPI_MODULE_INIT() {
       METHOD("reject", js_reject),
       METHOD("connect", js_connect),
       METHOD("close", js_close),
+      METHOD("closeFlushed", js_close_flushed),
       METHOD("destroy", js_destroy),
       METHOD("connDrain", js_conn_drain),
       METHOD("connInfo", js_conn_info),

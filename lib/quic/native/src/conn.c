@@ -95,6 +95,7 @@ static int stream_open_cb(ngtcp2_conn *conn, int64_t stream_id, void *ud) {
   qstream *s = stream_new(c, stream_id);
   if (s == NULL) return NGTCP2_ERR_CALLBACK_FAILURE;
   ngtcp2_conn_set_stream_user_data(conn, stream_id, s);
+  if (!ngtcp2_is_bidi_stream(stream_id)) c->peer_uni_bytes += Q_PEER_UNI_STATE;
   if (drain_on_open(s)) return 0;
   if (bridge_on_open(s)) return 0;
   engine_emit(c->eng, EV_STREAM_OPENED, c->id, stream_id, 0, 0, NULL, 0);
@@ -108,7 +109,8 @@ static int stream_close_cb(ngtcp2_conn *conn, uint32_t flags, int64_t stream_id,
   /* A STOP_SENDING in this same packet must be passed on before the stream goes. */
   if (c->nstops > 0) frames_apply_stops(c, stream_id);
   /* ngtcp2 0.12 renews the peer's stream credit only when told: one stream ended, one more may
-     open (so the limit is on concurrent streams, RFC 9000 §4.6). Not while draining (drain.c). */
+     open (so the limit is on concurrent streams, RFC 9000 §4.6). Not while draining (drain.c).
+     (It never closes a stream the peer opened unidirectionally: stream.c retires those.) */
   if (!ngtcp2_conn_is_local_stream(conn, stream_id) && c->drain_scope == DRAIN_NONE) {
     if (ngtcp2_is_bidi_stream(stream_id)) ngtcp2_conn_extend_max_streams_bidi(conn, 1);
     else ngtcp2_conn_extend_max_streams_uni(conn, 1);
@@ -172,37 +174,6 @@ static int recv_stateless_reset_cb(ngtcp2_conn *conn, const ngtcp2_pkt_stateless
   qconn *c = ud;
   c->stateless_reset = 1;
   return 0;
-}
-
-/* Reads a QUIC varint (RFC 9000 §16); returns its length or 0 (also bridge.c's stream headers). */
-size_t q_varint_get(const uint8_t *b, size_t len, uint64_t *v) {
-  if (len == 0) return 0;
-  size_t n = (size_t)1 << (b[0] >> 6);
-  if (n > len) return 0;
-  uint64_t x = b[0] & 0x3f;
-  for (size_t i = 1; i < n; i++) x = (x << 8) | b[i];
-  *v = x;
-  return n;
-}
-
-size_t q_varint_put(uint8_t *b, uint64_t v) {
-  if (v < 64) {
-    b[0] = (uint8_t)v;
-    return 1;
-  }
-  if (v < 16384) {
-    b[0] = (uint8_t)(0x40 | (v >> 8));
-    b[1] = (uint8_t)v;
-    return 2;
-  }
-  if (v < 1073741824) {
-    for (int i = 3; i >= 0; i--, v >>= 8) b[i] = (uint8_t)v;
-    b[0] |= 0x80;
-    return 4;
-  }
-  for (int i = 7; i >= 0; i--, v >>= 8) b[i] = (uint8_t)v;
-  b[0] |= 0xc0;
-  return 8;
 }
 
 static int recv_datagram_cb(ngtcp2_conn *conn, uint32_t flags, const uint8_t *data, size_t len, void *ud) {
@@ -597,12 +568,70 @@ static void send_close(qconn *c, const ngtcp2_connection_close_error *ccerr) {
 
 void conn_close(qconn *c, int app, uint64_t code, const char *reason, size_t reasonlen) {
   if (c->state > CSTATE_OPEN) return;
+  c->flush_close = 0;
   ngtcp2_connection_close_error ccerr;
   ngtcp2_connection_close_error_default(&ccerr);
   if (app) ngtcp2_connection_close_error_set_application_error(&ccerr, code, (const uint8_t *)reason, reasonlen);
   else ngtcp2_connection_close_error_set_transport_error(&ccerr, code, (const uint8_t *)reason, reasonlen);
   emit_closed(c, CLOSE_LOCAL, app, code, (const uint8_t *)reason, reasonlen, 0, 0);
   send_close(c, &ccerr);
+}
+
+/* ---- close once flushed ----
+ *
+ * A relay whose other leg's peer closed (CONNECTION_CLOSE) owes this leg's peer what it already
+ * took from that one: bytes it acknowledged there but has not delivered here, and the FINs and
+ * resets that came with them (stream.c stream_conn_gone leaves such streams open, without a
+ * reset). So this leg sends on as usual and closes with the other peer's code and reason once
+ * each stream is flushed, or at the deadline. Nothing new is read for those streams (their
+ * partner is gone: STOP_SENDING), so what is held only shrinks; the idle timeout still ends a
+ * connection whose peer went silent.
+ */
+
+/* Whether a stream has nothing left to deliver: its bytes acknowledged and its FIN too, or
+   ngtcp2 done with it. A stream being reset waits for ngtcp2 to end it (its RESET_STREAM
+   acknowledged, its read side ended), so the RESET_STREAM goes out before the close. */
+static int stream_flushed(const qstream *s) {
+  if (s->ng_closed) return 1;
+  if (s->tx_shut) return 0;
+  return s->tx.acked >= s->tx.end && (!s->tx_fin || s->tx_fin_acked);
+}
+
+static int conn_flushed(const qconn *c) {
+  QMAP_EACH(&c->streams, i) {
+    if (!stream_flushed(c->streams.slots[i].val)) return 0;
+  }
+  return 1;
+}
+
+int conn_close_flushed(qconn *c, int app, uint64_t code, const char *reason, size_t reasonlen, uint64_t timeout_ns) {
+  if (c->state > CSTATE_OPEN) return -1;
+  if (c->state == CSTATE_HANDSHAKE) {
+    /* Nothing was relayed over it yet. */
+    conn_close(c, app, code, reason, reasonlen);
+    return 0;
+  }
+  if (c->flush_close) return 0;
+  uint8_t *copy = malloc(reasonlen > 0 ? reasonlen : 1);
+  if (copy == NULL) {
+    conn_close(c, app, code, reason, reasonlen);
+    return 0;
+  }
+  if (reasonlen > 0) memcpy(copy, reason, reasonlen);
+  c->flush_close = 1;
+  c->flush_app = app;
+  c->flush_code = code;
+  c->flush_reason = copy;
+  c->flush_reasonlen = reasonlen;
+  c->flush_deadline = q_now() + timeout_ns;
+  engine_mark_dirty(c->eng, c);
+  conn_arm_timer(c);
+  return 0;
+}
+
+void conn_flush_close_now(qconn *c) {
+  if (!c->flush_close) return;
+  conn_close(c, c->flush_app, c->flush_code, (const char *)c->flush_reason, c->flush_reasonlen);
 }
 
 /* ngtcp2 refused a packet or a write with a fatal error: close with the error it implies. */
@@ -614,6 +643,7 @@ static void conn_fail(qconn *c, int rv) {
     if (c->stateless_reset) {
       emit_closed(c, CLOSE_STATELESS_RESET, 0, 0, NULL, 0, 0, 0);
     } else {
+      c->peer_closed = 1;
       emit_closed(c, CLOSE_PEER, cc.type == NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION, cc.error_code, cc.reason,
                   cc.reasonlen, 0, 0);
     }
@@ -671,8 +701,9 @@ void conn_reap(qengine *eng) {
     if (c->session != NULL) gnutls_deinit(c->session);
     free(c->sni);
     qmap_free(&c->streams);
-  qmap_free(&c->bridge_ahead);
+    qmap_free(&c->bridge_ahead);
     free(c->close_pkt);
+    free(c->flush_reason);
     cred_unref(eng, c->cred);
     ep_unref(c->ep);
     eng->live_conns--;
@@ -736,7 +767,7 @@ static int dgram_fits(qconn *c, size_t len) {
   const ngtcp2_transport_params *rp = ngtcp2_conn_get_remote_transport_params(c->conn);
   if (rp != NULL && rp->max_udp_payload_size < payload) payload = (size_t)rp->max_udp_payload_size;
   size_t header = 1 + ngtcp2_conn_get_dcid(c->conn)->datalen + 4 + 16;
-  size_t frame = 1 + (len < 64 ? 1 : len < 16384 ? 2 : len < 1073741824 ? 4 : 8) + len;
+  size_t frame = 1 + q_varint_len(len) + len;
   return header + frame <= payload;
 }
 
@@ -776,6 +807,10 @@ static void requeue(qconn *c, qstream *s) {
 
 void conn_write(qconn *c) {
   if (c->state != CSTATE_HANDSHAKE && c->state != CSTATE_OPEN) return;
+  if (c->flush_close && (conn_flushed(c) || q_now() >= c->flush_deadline)) {
+    conn_flush_close_now(c);
+    return;
+  }
   if (c->ep->tx_blocked) {
     if (!c->want_write) {
       c->want_write = 1;
@@ -852,7 +887,10 @@ void conn_write(qconn *c) {
         if (ndata >= 0) {
           s->tx.sent += (uint64_t)ndata;
           c->tx_bytes += (uint64_t)ndata;
-          if (fin && (size_t)ndata == total) s->tx_fin_sent = 1;
+          if (fin && (size_t)ndata == total) {
+            s->tx_fin_sent = 1;
+            s->tx_fin_alone = total == 0;
+          }
         }
         if (n == NGTCP2_ERR_WRITE_MORE) {
           requeue(c, s);
@@ -911,6 +949,7 @@ void conn_arm_timer(qconn *c) {
   if (c->state == CSTATE_CLOSING || c->state == CSTATE_DRAINING) deadline = c->close_deadline;
   else if (c->state == CSTATE_DEAD || c->conn == NULL) return;
   else deadline = ngtcp2_conn_get_expiry(c->conn);
+  if (c->flush_close && c->flush_deadline < deadline) deadline = c->flush_deadline;
   engine_schedule(c->eng, c, deadline);
 }
 
@@ -922,6 +961,10 @@ void conn_on_timer(qconn *c) {
     return;
   }
   if (c->state != CSTATE_HANDSHAKE && c->state != CSTATE_OPEN) return;
+  if (c->flush_close && now >= c->flush_deadline) {
+    conn_flush_close_now(c);
+    return;
+  }
   int rv = ngtcp2_conn_handle_expiry(c->conn, now);
   if (rv != 0) {
     conn_fail(c, rv);

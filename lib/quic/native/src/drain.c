@@ -23,7 +23,7 @@
  * "New" means a peer stream id above the highest one seen when the drain began (per kind): a
  * lower id that arrives late (reordered packets) was opened before, implicitly (RFC 9000
  * §3.2), and is served. While draining, a closed peer stream no longer renews the peer's
- * stream credit (MAX_STREAMS stays where it is: conn.c stream_close_cb).
+ * stream credit (MAX_STREAMS stays where it is: conn.c stream_close_cb, stream.c retire_peer_uni).
  *
  * Work (what the drain waits for): DRAIN_ALL every stream of the connection that is not
  * refused; DRAIN_WT the spliced streams and those waiting in the bridge for the partner's
@@ -46,9 +46,9 @@ static int read_done(const qstream *s) {
 
 static int is_work(const qconn *c, const qstream *s) {
   if (s->refused) return 0;
-  /* ngtcp2 0.12.1 never closes a stream the peer opened unidirectionally: its close condition
-     waits for a FIN of ours to be acknowledged, which a receive-only stream never sends, so the
-     stream stays until the connection ends. Once its read side is finished it is no work. */
+  /* ngtcp2 0.12.1 never closes a stream the peer opened unidirectionally; stream.c retires one
+     once its read side is finished and read. One whose reading we stopped in the addon (a splice
+     partner gone) waits for the peer's RESET_STREAM for that: it is no work meanwhile. */
   if (!ngtcp2_is_bidi_stream(s->id) && !ngtcp2_conn_is_local_stream(c->conn, s->id) && read_done(s)) return 0;
   if (c->drain_scope == DRAIN_ALL) return 1;
   return s->mode == SMODE_SPLICE || s->bstate == BSTATE_WAITING;

@@ -230,6 +230,8 @@ void ep_close(qendpoint *ep) {
         for (size_t j = 0; j < n; j++) seen |= items[j] == c;
         if (!seen) items[n++] = c;
       }
+      /* A connection waiting to close once flushed closes now, with its close (not silently). */
+      for (size_t i = 0; i < n; i++) conn_flush_close_now(items[i]);
       for (size_t i = 0; i < n; i++) conn_kill(items[i], CLOSE_DESTROYED, 1);
       free(items);
     }

@@ -1,5 +1,6 @@
 /*
- * STOP_SENDING from the peer, read from decrypted packets.
+ * STOP_SENDING from the peer, read from decrypted packets (and out-of-order data on the peer's
+ * unidirectional streams, for the bound on what ngtcp2 keeps of them: peer_uni_data).
  *
  * ngtcp2 0.12 answers a received STOP_SENDING with RESET_STREAM by itself but tells the
  * application nothing (its stream_stop_sending callback fires for STOP_SENDING we send), so the
@@ -13,17 +14,6 @@
 #include "quic.h"
 
 qconn *frames_current = NULL;
-
-static int varint(const uint8_t *b, size_t len, size_t *at, uint64_t *v) {
-  if (*at >= len) return -1;
-  size_t n = (size_t)1 << (b[*at] >> 6);
-  if (*at + n > len) return -1;
-  uint64_t x = b[*at] & 0x3f;
-  for (size_t i = 1; i < n; i++) x = (x << 8) | b[*at + i];
-  *at += n;
-  *v = x;
-  return 0;
-}
 
 static int skip(size_t len, size_t *at, uint64_t n) {
   if (n > len - *at) return -1;
@@ -41,48 +31,65 @@ static void record(qconn *c, uint64_t id, uint64_t code) {
   c->nstops++;
 }
 
+/* STREAM data at off on stream id: on a stream the peer opened unidirectionally, data beyond
+   what ngtcp2 has delivered makes it buffer out of order, in a reassembly buffer it keeps with
+   the stream to the connection's end (stream.c retire_peer_uni); counted once per stream. A
+   new stream's first frame counts when it starts past 0 (counted again should a second such
+   frame come in the same packet: an overestimate, never an underestimate). */
+static void peer_uni_data(qconn *c, uint64_t id, uint64_t off, uint64_t n) {
+  if (n == 0 || off == 0 || ngtcp2_is_bidi_stream((int64_t)id) || ngtcp2_conn_is_local_stream(c->conn, (int64_t)id)) return;
+  qstream *s = conn_find_stream(c, (int64_t)id);
+  if (s == NULL) {
+    if ((int64_t)id > c->peer_max[1]) c->peer_uni_bytes += Q_PEER_UNI_REORDERED;
+    return;
+  }
+  if (s->rx_reordered || off <= s->rx_off) return;
+  s->rx_reordered = 1;
+  c->peer_uni_bytes += Q_PEER_UNI_REORDERED;
+}
+
 static void scan(qconn *c, const uint8_t *p, size_t len) {
   size_t at = 0;
   uint64_t type, v, n, id;
   while (at < len) {
-    if (varint(p, len, &at, &type) != 0) return;
+    if (q_varint_read(p, len, &at, &type) != 0) return;
     switch (type) {
       case 0x00: case 0x01: case 0x1e:
         break;
       case 0x02: case 0x03: {
         uint64_t ranges;
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v) || varint(p, len, &at, &ranges) || varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &ranges) || q_varint_read(p, len, &at, &v)) return;
         for (uint64_t i = 0; i < 2 * ranges; i++) {
-          if (varint(p, len, &at, &v) != 0) return;
+          if (q_varint_read(p, len, &at, &v) != 0) return;
         }
         if (type == 0x03) {
           for (int i = 0; i < 3; i++) {
-            if (varint(p, len, &at, &v) != 0) return;
+            if (q_varint_read(p, len, &at, &v) != 0) return;
           }
         }
         break;
       }
       case 0x04:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v) || varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v)) return;
         break;
       case 0x05:
-        if (varint(p, len, &at, &id) || varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &id) || q_varint_read(p, len, &at, &v)) return;
         record(c, id, v);
         break;
       case 0x06:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       case 0x07:
-        if (varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       case 0x10: case 0x12: case 0x13: case 0x14: case 0x16: case 0x17: case 0x19:
-        if (varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &v)) return;
         break;
       case 0x11: case 0x15:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v)) return;
         break;
       case 0x18:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v) || at >= len) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v) || at >= len) return;
         n = p[at++];
         if (skip(len, &at, n + NGTCP2_STATELESS_RESET_TOKENLEN)) return;
         break;
@@ -90,22 +97,28 @@ static void scan(qconn *c, const uint8_t *p, size_t len) {
         if (skip(len, &at, 8)) return;
         break;
       case 0x1c:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &v) || varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       case 0x1d:
-        if (varint(p, len, &at, &v) || varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &v) || q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       case 0x30:
         return; /* DATAGRAM without length: the rest of the packet */
       case 0x31:
-        if (varint(p, len, &at, &n) || skip(len, &at, n)) return;
+        if (q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
         break;
       default:
         if (type >= 0x08 && type <= 0x0f) {
-          if (varint(p, len, &at, &v)) return;
-          if ((type & 0x04) && varint(p, len, &at, &v)) return;
-          if (!(type & 0x02)) return; /* no length: the data runs to the end of the packet */
-          if (varint(p, len, &at, &n) || skip(len, &at, n)) return;
+          uint64_t off = 0;
+          if (q_varint_read(p, len, &at, &id)) return;
+          if ((type & 0x04) && q_varint_read(p, len, &at, &off)) return;
+          if (!(type & 0x02)) {
+            /* No length: the data runs to the end of the packet. */
+            peer_uni_data(c, id, off, len - at);
+            return;
+          }
+          if (q_varint_read(p, len, &at, &n) || skip(len, &at, n)) return;
+          peer_uni_data(c, id, off, n);
           break;
         }
         return;

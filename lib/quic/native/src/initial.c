@@ -57,17 +57,6 @@ int initial_keys(qpending *p) {
   return 0;
 }
 
-static int read_varint(const uint8_t *b, size_t len, size_t *at, uint64_t *v) {
-  if (*at >= len) return -1;
-  size_t n = (size_t)1 << (b[*at] >> 6);
-  if (*at + n > len) return -1;
-  uint64_t x = b[*at] & 0x3f;
-  for (size_t i = 1; i < n; i++) x = (x << 8) | b[*at + i];
-  *at += n;
-  *v = x;
-  return 0;
-}
-
 /* AES-128-ECB of one block, as AES-128-CBC with a zero IV (GnuTLS has no ECB mode). */
 static int hp_mask(const uint8_t hp[16], const uint8_t *sample, uint8_t mask[16]) {
   gnutls_cipher_hd_t h;
@@ -132,7 +121,7 @@ static int absorb_frames(qpending *p, const uint8_t *f, size_t len, qabsorbed *g
   size_t at = 0;
   while (at < len) {
     uint64_t type;
-    if (read_varint(f, len, &at, &type) != 0) return -1;
+    if (q_varint_read(f, len, &at, &type) != 0) return -1;
     switch (type) {
       case 0x00: /* PADDING */
       case 0x01: /* PING */
@@ -140,22 +129,22 @@ static int absorb_frames(qpending *p, const uint8_t *f, size_t len, qabsorbed *g
       case 0x02:
       case 0x03: { /* ACK */
         uint64_t v, ranges;
-        if (read_varint(f, len, &at, &v) || read_varint(f, len, &at, &v) || read_varint(f, len, &at, &ranges) ||
-            read_varint(f, len, &at, &v)) return -1;
+        if (q_varint_read(f, len, &at, &v) || q_varint_read(f, len, &at, &v) || q_varint_read(f, len, &at, &ranges) ||
+            q_varint_read(f, len, &at, &v)) return -1;
         if (ranges > 256) return -1;
         for (uint64_t i = 0; i < ranges * 2; i++) {
-          if (read_varint(f, len, &at, &v) != 0) return -1;
+          if (q_varint_read(f, len, &at, &v) != 0) return -1;
         }
         if (type == 0x03) {
           for (int i = 0; i < 3; i++) {
-            if (read_varint(f, len, &at, &v) != 0) return -1;
+            if (q_varint_read(f, len, &at, &v) != 0) return -1;
           }
         }
         break;
       }
       case 0x06: { /* CRYPTO */
         uint64_t off, n;
-        if (read_varint(f, len, &at, &off) || read_varint(f, len, &at, &n)) return -1;
+        if (q_varint_read(f, len, &at, &off) || q_varint_read(f, len, &at, &n)) return -1;
         if (n > len - at) return -1;
         if (off + n > Q_HELLO_MAX) return -1; /* larger than any ClientHello we accept */
         if (n == 0) break;
@@ -190,9 +179,9 @@ static ssize_t open_packet(qpending *p, const uint8_t *b, size_t len, qabsorbed 
   if (scidlen > NGTCP2_MAX_CIDLEN || at + scidlen > len) return -1;
   at += scidlen;
   uint64_t tokenlen, plen;
-  if (read_varint(b, len, &at, &tokenlen) != 0 || tokenlen > len - at) return -1;
+  if (q_varint_read(b, len, &at, &tokenlen) != 0 || tokenlen > len - at) return -1;
   at += (size_t)tokenlen;
-  if (read_varint(b, len, &at, &plen) != 0 || plen > len - at || plen < 20) return -1;
+  if (q_varint_read(b, len, &at, &plen) != 0 || plen > len - at || plen < 20) return -1;
   size_t pn_off = at;
   size_t end = pn_off + (size_t)plen;
 

@@ -342,14 +342,42 @@ static void queue_stop(qstream *s, uint64_t code) {
   }
 }
 
+/* ngtcp2 0.12.1 never closes a stream the peer opened unidirectionally: its close waits for a
+   FIN of ours to be acknowledged, which a receive-only stream never sends (fixed in ngtcp2 0.13,
+   its PR 664). So it never renewed the peer's credit for one (conn.c stream_close_cb), and a peer
+   that opened more over a connection's life than the limit waited for good. Once the stream's read
+   side is finished (every byte and the FIN delivered, a reset received, or stopped by
+   TypeScript) it is retired here as ngtcp2 would close it: one more such stream may open (not while
+   draining), and the stream is freed once nothing is left to read. ngtcp2 keeps its own state of
+   the stream until the connection ends, so credit is renewed only while that state stays within
+   Q_PEER_UNI_BUDGET; past it the peer keeps the streams it may open. 1 when retired (callers
+   must not touch s afterwards), 0 when s is no such stream. */
+static int retire_peer_uni(qstream *s) {
+  qconn *c = s->conn;
+  if (s->ng_closed || !conn_alive(c) || ngtcp2_is_bidi_stream(s->id) || ngtcp2_conn_is_local_stream(c->conn, s->id)) return 0;
+  s->ng_closed = 1;
+  ngtcp2_conn_set_stream_user_data(c->conn, s->id, NULL);
+  c->peer_uni_retired++;
+  if (c->drain_scope == DRAIN_NONE && c->peer_uni_bytes <= Q_PEER_UNI_BUDGET) {
+    ngtcp2_conn_extend_max_streams_uni(c->conn, 1);
+    engine_mark_dirty(c->eng, c);
+  }
+  stream_dequeue(s);
+  /* One the bridge holds is freed when spliced (stream_splice) or read in TypeScript. */
+  if (s->bstate == BSTATE_NONE) stream_maybe_free(s);
+  return 1;
+}
+
 int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) {
   qengine *eng = s->conn->eng;
   int fin = (flags & NGTCP2_STREAM_DATA_FLAG_FIN) != 0;
+  s->rx_off += len;
   if (s->mode == SMODE_SPLICE) {
     qstream *p = s->peer;
     if (p == NULL || p->tx_shut) {
       /* Nobody to pass it to: credit it at once so the sender is not stalled for nothing. */
       credit(s, len);
+      if (fin) retire_peer_uni(s);
       return 0;
     }
     if (len > 0 && chain_append(&p->tx, data, len, eng) != 0) return NGTCP2_ERR_CALLBACK_FAILURE;
@@ -361,6 +389,7 @@ int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) 
       if (s->conn->drain_scope != DRAIN_NONE) drain_settle(s->conn);
     }
     if (len > 0 || fin) stream_enqueue(p);
+    if (fin) retire_peer_uni(s);
     return 0;
   }
   if (s->rx_closed || s->rx_reset || s->refused) {
@@ -372,18 +401,26 @@ int stream_on_recv(qstream *s, uint32_t flags, const uint8_t *data, size_t len) 
   if (s->bstate != BSTATE_NONE) {
     /* Held by the bridge (bridge.c): not TypeScript's unless the bridge hands it over. */
     bridge_on_data(s);
+    if (fin) retire_peer_uni(s);
     return 0;
   }
   if (!s->rx_notified && (len > 0 || fin)) {
     s->rx_notified = 1;
     engine_emit(eng, EV_STREAM_READABLE, s->conn->id, s->id, (double)(s->rx.end - s->rx.acked), fin, NULL, 0);
   }
+  if (fin) retire_peer_uni(s);
   return 0;
 }
 
 void stream_on_acked(qstream *s, uint64_t offset, uint64_t len) {
   qconn *c = s->conn;
   uint64_t upto = offset + len;
+  /* ngtcp2 reports an acknowledged frame by how far the contiguous acknowledged offset moved; it
+     reports one that moved nothing only when the frame carried the FIN. The frame holding the
+     last byte carries the FIN unless that went alone, after every byte had been sent. (A lost
+     last frame and lone FIN that ngtcp2 merges for retransmission are seen only by the stream's
+     close.) */
+  if (s->tx_fin_sent && (len == 0 || (!s->tx_fin_alone && upto >= s->tx.end))) s->tx_fin_acked = 1;
   if (upto <= s->tx.acked) return;
   uint64_t before = s->tx.acked;
   chain_release(&s->tx, upto, c->eng);
@@ -410,6 +447,7 @@ void stream_on_reset(qstream *s, uint64_t code) {
   if (s->mode == SMODE_SPLICE) {
     s->splice_read_done = 1;
     if (s->peer != NULL) queue_reset(s->peer, code);
+    retire_peer_uni(s);
     return;
   }
   /* Bytes not yet read are abandoned with the stream (RFC 9000 §3.2: "reset recvd"). */
@@ -420,8 +458,8 @@ void stream_on_reset(qstream *s, uint64_t code) {
   bridge_on_signal(s);
   chain_free(&s->rx, s->conn->eng);
   /* One waiting for a partner passes the reset on when spliced (stream_splice). */
-  if (s->bstate != BSTATE_NONE) return;
-  engine_emit(s->conn->eng, EV_STREAM_RESET, s->conn->id, s->id, (double)code, 0, NULL, 0);
+  if (s->bstate == BSTATE_NONE) engine_emit(s->conn->eng, EV_STREAM_RESET, s->conn->id, s->id, (double)code, 0, NULL, 0);
+  retire_peer_uni(s);
 }
 
 void stream_on_stop(qstream *s, uint64_t code) {
@@ -509,7 +547,8 @@ void stream_stop_sending(qstream *s, uint64_t code) {
   queue_stop(s, code);
   chain_free(&s->rx, c->eng);
   s->rx_notified = 0;
-  stream_maybe_free(s);
+  /* A peer whose FIN was in need not answer with RESET_STREAM: a receive-only stream is done now. */
+  if (!retire_peer_uni(s)) stream_maybe_free(s);
   if (c->drain_scope != DRAIN_NONE) drain_settle(c);
 }
 
@@ -551,10 +590,16 @@ int stream_splice(qstream *a, qstream *b) {
   return 0;
 }
 
-/* s's connection is ending: the partner leg must not wait for bytes that will never come. */
+/* s's connection is ending: the partner leg must not wait for bytes that will never come.
+   When the peer closed it, what the peer sent is all there is, and the partner delivers it,
+   ending with its own connection's close (conn_close_flushed): neither a reset (its peer may
+   discard what it has not read) nor STOP_SENDING (some stacks tear the whole stream down on it)
+   reaches a stream still being delivered; what its peer sends meanwhile is credited and dropped
+   (stream_on_recv). A stream being reset anyway is stopped too, so that ngtcp2 can end it. */
 void stream_conn_gone(qstream *s) {
   qstream *p = s->peer;
   if (p == NULL) return;
-  if (!s->splice_read_done) queue_reset(p, 0);
-  if (!p->splice_read_done) queue_stop(p, 0);
+  int deliver = s->conn->peer_closed;
+  if (!s->splice_read_done && !deliver) queue_reset(p, 0);
+  if (!p->splice_read_done && (!deliver || p->tx_shut)) queue_stop(p, 0);
 }
