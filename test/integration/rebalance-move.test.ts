@@ -17,15 +17,11 @@
  * oldest, moves while the peer's load is unknown, a replica that keeps moving once balanced.
  */
 import t from 'tap'
-import http from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { join } from 'node:path'
-import { writeFile } from 'node:fs/promises'
 import * as grpc from '@grpc/grpc-js'
 import { QuinnPeer, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import { StubStargate } from '../fixtures/stub-stargate.ts'
-import { tempDir } from '../fixtures/router-process.ts'
+import { REBALANCE_FAST, stubPeer } from '../fixtures/rebalance-peer.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import { QUIC_CLOSE_REASONS, STREAM_REFUSALS } from '../../lib/tunnel/errors.ts'
 import { GRPC_ERRORS } from '../../lib/control-plane/errors.ts'
@@ -59,24 +55,6 @@ function register (t: Parameters<typeof QuicCluster.start>[0], address: string):
   t.teardown(() => { call.cancel(); client.close() })
   return { status: () => status, call }
 }
-
-/** A stub peer health port: 503 on /debug/load until load() gives it a load, and a peers file naming it. */
-async function stubPeer (t: Parameters<typeof QuicCluster.start>[0], ip: string): Promise<{ peersFile: string, load: (connections: object) => void }> {
-  let peerLoad: object | null = null
-  const peer = http.createServer((req, res) => {
-    if (req.url !== '/debug/load' || peerLoad === null) { res.statusCode = 503; res.end(); return }
-    res.setHeader('content-type', 'application/json')
-    res.end(JSON.stringify({ connections: peerLoad }))
-  })
-  await new Promise<void>((resolve) => { peer.listen(0, ip, resolve) })
-  t.teardown(() => new Promise<void>((resolve) => { peer.closeAllConnections(); peer.close(() => { resolve() }) }))
-  const dir = await tempDir(t, 'rebalance-move-')
-  const peersFile = join(dir, 'peers.json')
-  await writeFile(peersFile, JSON.stringify({ peers: [{ name: 'router-b', address: ip, port: (peer.address() as AddressInfo).port }] }))
-  return { peersFile, load: (connections) => { peerLoad = connections } }
-}
-
-const REBALANCE_FAST = ['--rebalance', '--rebalance-interval-ms', '300', '--peer-check-timeout-ms', '200']
 
 t.test('a replica above the band moves its oldest registration connection and tunnel; open work finishes, then nothing moves again', { skip }, async (t) => {
   // The peer: unknown (503) until everything is in place, then no load at all.
