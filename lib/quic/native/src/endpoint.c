@@ -623,9 +623,8 @@ static void arm_tick(qendpoint *ep) {
 }
 
 /* Pending Initials whose ClientHello stopped growing, or that TypeScript never decided: each waits
-   the pending timeout for its next step (more of its hello, or the decision), and all of them
-   together at most the handshake timeout from the first datagram, however the client paces new
-   bytes. */
+   the pending timeout for its next step (more of its hello, or the decision), and none outlives
+   the handshake timeout from its first datagram, however its client paces new bytes. */
 static void on_tick(uv_timer_t *t) {
   qendpoint *ep = t->data;
   qengine *eng = ep->eng;
