@@ -10,10 +10,12 @@
  *                                           handshake work (SPEC §7: unknown SNI), with no reason
  *                                           phrase: the owner logs and counts its own reason
  *
- * A proposal not decided within pendingTimeoutMs (or the handshake timeout, if shorter) is
- * dropped by the addon, as is a ClientHello still incomplete by then (its datagrams are held until
- * it is: at most six, 20 KiB). Limits (connections, half-open per address, the Retry threshold)
- * apply before a proposal is made.
+ * A proposal not decided within pendingTimeoutMs is dropped by the addon, as is a ClientHello
+ * still incomplete pendingTimeoutMs after the last datagram that brought new bytes of it (its
+ * datagrams are held until it is whole: at most six, 20 KiB; a repeated datagram is not kept and
+ * does not extend the wait); neither is held past the handshake timeout from its first datagram.
+ * Limits (connections, half-open per address, the Retry threshold) apply before a proposal is
+ * made.
  */
 import { encodeAlpn } from './alpn.ts'
 import type { QuicConnection } from './connection.ts'
@@ -33,7 +35,12 @@ export interface QuicEndpointLimits {
   readonly retryThreshold?: number
   /** Retry every client first, whatever the load. */
   readonly retry?: boolean
-  /** A proposal (or an incomplete ClientHello) is dropped after this long, or after the handshake timeout if shorter (default 2000). */
+  /**
+   * An incomplete ClientHello is dropped when no new byte of it came for this long, a proposal when
+   * it is not decided within this long; either at the latest after the handshake timeout from the
+   * first datagram (default 4000: two retransmissions of a client's first flight, 1 s and 3 s after
+   * it, lib/quic/native/src/quic.h).
+   */
   readonly pendingTimeoutMs?: number
 }
 

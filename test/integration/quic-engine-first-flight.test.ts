@@ -2,10 +2,12 @@
  * Issue 30, SPEC §12: a first flight held until its ClientHello is complete is bounded. The
  * endpoint keeps the datagrams of a hello that spans several (until the SNI can be read and
  * routed, then ngtcp2 gets them, the one with CRYPTO offset 0 first), but at most six datagrams
- * and 20 KiB of them, only those that bring new hello bytes, and never past the handshake
- * timeout; an incomplete flight is never answered. Seen through the endpoint's counters
- * (pending, halfOpen, pendingBytes, dropped). Real clients with split hellos in every order are
- * in test/faults/quic-first-flight.test.ts.
+ * and 20 KiB of them, only those that bring new hello bytes, for the pending timeout after the
+ * last of those (a client resends a lost part on its PTO schedule, seconds later; a repeat
+ * extends nothing), and never past the handshake timeout from the first; an incomplete flight is
+ * never answered. Seen through the endpoint's counters (pending, halfOpen, pendingBytes,
+ * dropped) and proposals. Real clients with split hellos in every order are in
+ * test/faults/quic-first-flight.test.ts, with one datagram lost in quic-first-flight-loss.test.ts.
  */
 import t from 'tap'
 import { randomBytes } from 'node:crypto'
@@ -58,6 +60,86 @@ t.test('an incomplete flight is held without an answer, counts as half-open, and
   t.match(stats(server.endpoint), { pending: 0, halfOpen: 0, pendingBytes: 0, proposed: 0 }, 'nothing left of it')
   await new Promise((resolve) => { setTimeout(resolve, 200) })
   t.equal(got.length, 0, 'and it was never answered')
+})
+
+/** Resolves `ms` after `since` (Date.now() of a first send): sends at offsets that do not drift. */
+function at (since: number, ms: number): Promise<void> {
+  return new Promise((resolve) => { setTimeout(resolve, Math.max(0, since + ms - Date.now())) })
+}
+
+t.test('new hello bytes keep a flight waiting past the pending timeout: parts 1.3 s apart complete a hello after 2.6 s', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.142.5', tls.serverCredentials, { pendingTimeoutMs: 2000, transport: { handshakeTimeoutMs: 10_000 } })
+  const socket = await rawSocket(t, '127.0.142.5')
+  const [first, middle, last] = splitHello(clientHello({ sni: 'pod.stargate.test', padding: 2800 }), { dcid: randomBytes(16), scid: randomBytes(8), parts: 3 })
+  if (first === undefined || middle === undefined || last === undefined) throw new Error('no parts')
+  // Last part first, as after a loss: the pending timeout (2 s) runs from the newest part, so
+  // the flight outlives it; counted from the first datagram it would have expired before the
+  // third part came.
+  const sentAt = Date.now()
+  await sendRaw(socket, server.endpoint.port, last, '127.0.142.5')
+  await at(sentAt, 1300)
+  await sendRaw(socket, server.endpoint.port, middle, '127.0.142.5')
+  await at(sentAt, 2600)
+  t.match(stats(server.endpoint), { pending: 1, halfOpen: 1, proposed: 0 }, 'still held, 2.6 s after its first datagram')
+  await sendRaw(socket, server.endpoint.port, first, '127.0.142.5')
+  await waitFor(() => server.proposals.length === 1, { message: 'the hello to be proposed' })
+  t.equal(server.proposals[0]?.sni, 'pod.stargate.test', 'the whole hello was read and routed')
+})
+
+t.test('repeated parts extend nothing: a flight is freed the pending timeout after its last new bytes', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.142.6', tls.serverCredentials, { pendingTimeoutMs: 2000, transport: { handshakeTimeoutMs: 10_000 } })
+  const socket = await rawSocket(t, '127.0.142.6')
+  const got = answers(socket)
+  const [first, middle, last] = splitHello(clientHello({ sni: 'pod.stargate.test', padding: 2800 }), { dcid: randomBytes(16), scid: randomBytes(8), parts: 3 })
+  if (first === undefined || middle === undefined || last === undefined) throw new Error('no parts')
+  const sentAt = Date.now()
+  await sendRaw(socket, server.endpoint.port, first, '127.0.142.6')
+  await sendRaw(socket, server.endpoint.port, last, '127.0.142.6')
+  // A repeat every 600 ms (as a client's retransmissions, or an attacker keeping a slot): had
+  // they counted, the flight would wait until 3.8 s.
+  for (const ms of [600, 1200, 1800]) {
+    await at(sentAt, ms)
+    await sendRaw(socket, server.endpoint.port, first, '127.0.142.6')
+  }
+  await waitFor(() => stats(server.endpoint).pending === 0, { timeoutMs: 10_000, message: 'the flight to be freed' })
+  const freedAfter = Date.now() - sentAt
+  t.ok(freedAfter < 3000, `freed ${freedAfter} ms after its first datagram (pending timeout 2 s; the last repeat came at 1.8 s)`)
+  t.match(stats(server.endpoint), { halfOpen: 0, pendingBytes: 0, rxDatagrams: 5 }, 'nothing left of it')
+  // The missing part now starts a flight of its own, which cannot complete.
+  await sendRaw(socket, server.endpoint.port, middle, '127.0.142.6')
+  await waitFor(() => stats(server.endpoint).rxDatagrams === 6, { message: 'the missing part read' })
+  await new Promise((resolve) => { setTimeout(resolve, 200) })
+  t.equal(server.proposals.length, 0, 'the hello was never proposed')
+  t.equal(got.length, 0, 'nor answered')
+})
+
+t.test('the handshake timeout caps a flight however its new bytes are paced', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.142.7', tls.serverCredentials, { pendingTimeoutMs: 1500, transport: { handshakeTimeoutMs: 2000 } })
+  const socket = await rawSocket(t, '127.0.142.7')
+  const got = answers(socket)
+  const parts = splitHello(clientHello({ sni: 'pod.stargate.test', padding: 2800 }), { dcid: randomBytes(16), scid: randomBytes(8), parts: 4 })
+  const [first] = parts
+  if (first === undefined) throw new Error('no parts')
+  // Parts 3, 2, 1, each 900 ms after the last (within the 1.5 s pending timeout, so each keeps
+  // it waiting), until the handshake timeout (2 s from the first) frees the flight.
+  const sentAt = Date.now()
+  for (const [i, ms] of [[3, 0], [2, 900], [1, 1800]] as const) {
+    await at(sentAt, ms)
+    await sendRaw(socket, server.endpoint.port, parts[i] as Buffer, '127.0.142.7')
+  }
+  t.equal(stats(server.endpoint).pending, 1, 'held while its parts come')
+  await waitFor(() => stats(server.endpoint).pending === 0, { timeoutMs: 10_000, message: 'the flight to be freed' })
+  const freedAfter = Date.now() - sentAt
+  t.ok(freedAfter < 3000, `freed ${freedAfter} ms after its first datagram: the handshake timeout (2 s), not the pending timeout after its last part (3.3 s)`)
+  t.match(stats(server.endpoint), { halfOpen: 0, pendingBytes: 0 }, 'nothing left of it')
+  await sendRaw(socket, server.endpoint.port, first, '127.0.142.7')
+  await waitFor(() => stats(server.endpoint).rxDatagrams === 4, { message: 'the first part read' })
+  await new Promise((resolve) => { setTimeout(resolve, 200) })
+  t.equal(server.proposals.length, 0, 'its first part, after that, only starts a flight of its own: never proposed')
+  t.equal(got.length, 0, 'nothing was answered')
 })
 
 t.test('a flight is held to six datagrams and 20 KiB; beyond, datagrams are dropped and counted', async (t) => {

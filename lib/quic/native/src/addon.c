@@ -332,7 +332,7 @@ static void configure_endpoint(napi_env env, qendpoint *ep, napi_value o) {
   if ((v = prop(env, o, "maxHalfOpenPerAddress")) != NULL) ep->max_half_open_per_addr = (uint32_t)get_num(env, v, 64);
   if ((v = prop(env, o, "retryThreshold")) != NULL) ep->retry_threshold = (uint32_t)get_num(env, v, 500);
   if ((v = prop(env, o, "retry")) != NULL) ep->retry_always = get_bool(env, v, 0);
-  if ((v = prop(env, o, "pendingTimeoutMs")) != NULL) ep->pending_timeout_ns = MS(get_num(env, v, 2000));
+  if ((v = prop(env, o, "pendingTimeoutMs")) != NULL) ep->pending_timeout_ns = MS(get_num(env, v, Q_PENDING_TIMEOUT_MS));
   if ((v = prop(env, o, "accepting")) != NULL) ep->accepting = get_bool(env, v, 1);
   if ((v = prop(env, o, "resetSecret")) != NULL) {
     uint8_t *d;
@@ -450,7 +450,7 @@ static napi_value js_listen(napi_env env, napi_callback_info info) {
   ep->max_connections = 10000;
   ep->max_half_open_per_addr = 64;
   ep->retry_threshold = 500;
-  ep->pending_timeout_ns = MS(2000);
+  ep->pending_timeout_ns = MS(Q_PENDING_TIMEOUT_MS);
   configure_endpoint(env, ep, argv[2]);
   napi_value out, p, a;
   napi_create_array(env, &out);

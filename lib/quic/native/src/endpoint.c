@@ -12,7 +12,8 @@
  *            source address has too many) ─yes─▶ stateless Retry, no state kept
  *         ─▶ pending: its Initial(s) decrypted and the ClientHello reassembled (initial.c), its
  *            datagrams held in any order until the hello is complete (at most Q_PENDING_MAX_DGRAMS
- *            and Q_PENDING_MAX_BYTES, never past the handshake timeout, never answered before)
+ *            and Q_PENDING_MAX_BYTES; dropped when no new hello byte came for the pending timeout,
+ *            and never held past the handshake timeout; never answered before)
  *         ─▶ EV_PROPOSED {sni, alpn, address}: TypeScript accepts (TLS material, ALPN) or rejects
  *            (CONNECTION_CLOSE in an Initial, no reason phrase, no handshake work done)
  *
@@ -604,6 +605,9 @@ static void pending_absorb(qpending *p, const uint8_t *data, size_t len) {
     return;
   }
   if (got.start) p->first_dgram = p->ndgrams - 1;
+  /* Only new bytes keep the flight waiting: a client's retransmissions that bring them do, a
+     repeat (or an attacker's) does not. */
+  p->progressed = q_now();
   if (rv == 1) propose(p);
 }
 
@@ -620,7 +624,9 @@ static void arm_tick(qendpoint *ep) {
   uv_timer_start(&ep->tick, on_tick, 250, 250);
 }
 
-/* Pending Initials that never completed their ClientHello, or that TypeScript never decided. */
+/* Pending Initials whose ClientHello stopped growing, or that TypeScript never decided: each waits
+   the pending timeout for its next step (more of its hello, or the decision), and none outlives
+   the handshake timeout from its first datagram, however its client paces new bytes. */
 static void on_tick(uv_timer_t *t) {
   qendpoint *ep = t->data;
   qengine *eng = ep->eng;
@@ -631,12 +637,10 @@ static void on_tick(uv_timer_t *t) {
     return;
   }
   uint64_t begun = engine_busy_begin(eng);
-  /* A flight still incomplete, or undecided, is not held past the handshake timeout either. */
-  uint64_t timeout = ep->pending_timeout_ns < ep->transport.handshake_timeout_ns ? ep->pending_timeout_ns : ep->transport.handshake_timeout_ns;
   qpending *expired = NULL;
   QMAP_EACH(&ep->pending_by_dcid, i) {
     qpending *p = ep->pending_by_dcid.slots[i].val;
-    if (now - p->created >= timeout) {
+    if (now - p->progressed >= ep->pending_timeout_ns || now - p->created >= ep->transport.handshake_timeout_ns) {
       p->next_expired = expired;
       expired = p;
     }
@@ -740,6 +744,7 @@ static void on_initial(qendpoint *ep, const uint8_t *data, size_t len, const str
   p->remotelen = fromlen;
   memcpy(p->addr_key, key, 16);
   p->created = q_now();
+  p->progressed = p->created;
   if (initial_keys(p) != 0 || qmap_put(&ep->pending_by_dcid, p->dcid.data, p->dcid.datalen, p) != 0) {
     free(p);
     return;

@@ -43,9 +43,17 @@
 #define Q_TX_PKT_SIZE 1500
 #define Q_MAX_CIDS 8
 /* A first flight held until its ClientHello is complete and routed: at most this many datagrams
-   and bytes of them, for at most the endpoint's pending timeout and never past its handshake
-   timeout. Six 1,200-byte datagrams carry a hello of ~6.8 KB (a post-quantum one takes two);
-   the byte bound lets larger datagrams carry up to Q_HELLO_MAX. */
+   and bytes of them, for at most the endpoint's pending timeout after the last datagram that
+   brought new hello bytes, and never past its handshake timeout from the first. Six 1,200-byte
+   datagrams carry a hello of ~6.8 KB (a post-quantum one takes two); the byte bound lets larger
+   datagrams carry up to Q_HELLO_MAX.
+   The pending timeout's default outlasts two retransmissions of a client that has no RTT sample
+   yet (RFC 9002 §6.2.2: its first PTO is ~1 s, then doubled, so it resends at 1 s and 3 s), oldest
+   datagram first: quinn 0.11 resends two datagrams per PTO, ngtcp2 one, so the bytes of a datagram
+   lost from a flight of up to four (quinn) or two (ngtcp2) come again within 3 s, when the 1 s
+   retransmission brought only repeats. A repeat extends nothing, and no flight is held past the
+   handshake timeout, however its client paces new bytes. */
+#define Q_PENDING_TIMEOUT_MS 4000
 #define Q_PENDING_MAX_DGRAMS 6
 #define Q_PENDING_MAX_BYTES 20480
 #define Q_HELLO_MAX 16384
@@ -362,7 +370,7 @@ struct qendpoint {
   uint32_t max_connections;      /* connections + pending at most */
   uint32_t max_half_open_per_addr;
   uint32_t pending_max;          /* Initials waiting for TypeScript's decision at most */
-  uint64_t pending_timeout_ns;
+  uint64_t pending_timeout_ns;   /* a pending Initial's wait for more of its hello, or for a decision */
   qmap cids;                     /* CID -> qconn */
   qmap pending_by_dcid;          /* client DCID -> qpending */
   qmap half_open_by_addr;        /* address -> (uintptr_t) count */
@@ -414,7 +422,8 @@ struct qpending {
   size_t hello_cap;
   size_t hello_len;         /* total ClientHello length (header included) once known, else 0 */
   int proposed;
-  uint64_t created;
+  uint64_t created;         /* its first datagram: the handshake timeout counts from here */
+  uint64_t progressed;      /* its last datagram that brought new hello bytes (the last, once proposed) */
   qpending *next_expired;
 };
 
