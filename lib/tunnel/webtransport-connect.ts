@@ -30,6 +30,8 @@ export const REJECTIONS = {
     meaning: 'an extended CONNECT for another protocol (e.g. websocket)', action: 'fix the client: send :protocol webtransport' },
   wrong_path: { status: 400, outcome: 'invalid_connect', message: `webtransport session path must be ${SESSION_PATH}`,
     meaning: 'the session request\'s :path is not /_stargate/webtransport', action: 'fix the client\'s session URL: the path is /_stargate/webtransport' },
+  headers_too_large: { status: 431, outcome: 'invalid_connect', message: 'webtransport session request headers exceed --http2-max-header-list-bytes',
+    meaning: 'over HTTP/2: the session request\'s header list is larger than --http2-max-header-list-bytes (RFC 7541 §4.1 size), up to twice that, the SETTINGS_MAX_HEADER_LIST_SIZE the listener advertises (beyond it the stream is reset ENHANCE_YOUR_CALM)', action: 'send fewer or smaller headers, or raise --http2-max-header-list-bytes' },
   missing_sni: { status: 400, outcome: 'missing_sni', message: SNI_REFUSALS.missing_sni,
     meaning: 'neither the TLS server name nor :authority names a stargate', action: 'configure the Pylon to dial the advertised stargate host name' },
   unknown_sni: { status: 404, outcome: 'unknown_sni', message: SNI_REFUSALS.unknown_sni,

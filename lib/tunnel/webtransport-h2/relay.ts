@@ -310,11 +310,14 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
       stream.once('close', () => {
         if (--state.streams === 0) state.idleSince = this.#clock.now
       })
-      // The header list size is not checked here yet (the front door does): admit() reports it,
-      // but the relay has no rejection code for it.
       const admission = this.#guard.admit(session, stream, rawHeaders)
       stream.on('error', ignore)
       if (admission === 'reset') return
+      if (admission === 'headers_too_large') {
+        // Nothing of it is routed, dialled or sent to a pod.
+        this.#reject(stream, 'headers_too_large', null)
+        return
+      }
       this.propose({ stream, headers, rawHeaders })
     })
     session.on('close', () => { this.#sessions.delete(session) })
