@@ -1,5 +1,5 @@
 // Issue 17 "Proof": docs/architecture.md opens with the map of lib/ and server/ (one line per
-// module) and walks a registration, a raw QUIC tunnel, a WebTransport session and a TLS reload
+// TypeScript module and per C source and header of the QUIC engine) and walks a registration, a raw QUIC tunnel, a WebTransport session and a TLS reload
 // through the files in order, each walk touching at most 8 files. This keeps the map in step
 // with the tree (a new module without a line, or a line for a module that is gone, fails) and
 // the walks short (a walk that needs more files says the code is too spread).
@@ -31,11 +31,18 @@ function section (heading: string): string {
   return doc.slice(start, end < 0 ? undefined : end)
 }
 
+/** The C sources and headers of the QUIC engine (not its build output). */
+function engineSources (): string[] {
+  const dir = 'lib/quic/native/src'
+  return readdirSync(join(root, dir)).filter((name) => name.endsWith('.c') || name.endsWith('.h')).map((name) => `${dir}/${name}`)
+}
+
 const paths = (text: string): string[] => [...text.matchAll(/`((?:lib|server)\/[a-z0-9/.-]+\.ts)`/g)].map((m) => m[1] as string)
 
-t.test('the map lists every module of lib/ and server/ once, and nothing that is gone', async (t) => {
-  const tree = [...modules('lib'), ...modules('server')].sort()
-  const listed = [...section('Map of lib/ and server/').matchAll(/^- `((?:lib|server)\/[^`]+\.ts)`: \S/gm)].map((m) => m[1] as string)
+t.test('the map lists every module of lib/ and server/ and every C file of the engine once, and nothing that is gone', async (t) => {
+  const tree = [...modules('lib'), ...modules('server'), ...engineSources()].sort()
+  const listed = [...section('Map of lib/ and server/').matchAll(/^- `((?:lib|server)\/[^`]+\.(?:ts|c|h))`: \S/gm)].map((m) => m[1] as string)
+  t.ok(engineSources().length > 0, 'the engine has C sources')
   t.same(tree.filter((path) => !listed.includes(path)), [], 'modules without a line in the map')
   t.same(listed.filter((path) => !tree.includes(path)), [], 'lines for modules that do not exist')
   t.equal(new Set(listed).size, listed.length, 'no module listed twice')
