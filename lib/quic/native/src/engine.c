@@ -62,14 +62,8 @@ void engine_emit(qengine *eng, uint8_t type, uint32_t conn, int64_t stream, doub
     eng->ev = ev;
     eng->cap_ev = cap;
   }
-  qevent *e = &eng->ev[eng->nev++];
-  e->type = type;
-  e->conn = conn;
-  e->stream = stream;
-  e->a = a;
-  e->b = b;
-  e->extra = extra;
-  e->extralen = extralen;
+  eng->ev[eng->nev++] = (qevent){
+      .type = type, .conn = conn, .stream = stream, .a = a, .b = b, .extra = extra, .extralen = extralen};
   engine_kick(eng);
 }
 
