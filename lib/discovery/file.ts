@@ -14,13 +14,11 @@
  * Bad entries are skipped and logged; a file that cannot be used at all (too large, not
  * YAML/JSON, wrong shape) keeps the last good snapshot.
  */
-import { WATCHED_LIST_MAX_BYTES, WatchedListSource, addressOf, namespaceOf, parseWatchedList, portOf, type EntryCheck, type ListResult, type ListShape, type WatchedFileSettings } from './watched-list.ts'
+import { WatchedListSource, addressOf, namespaceOf, portOf, type EntryCheck, type ListShape, type WatchedFileSettings } from './watched-list.ts'
 import type { SnapshotStore } from './snapshot-store.ts'
 import { podTarget, type DiscoveryStatus, type PodTarget } from './types.ts'
 import { isRoutableIdentity } from '../routing/hostname-template.ts'
 import type { RouterMetrics } from '../metrics/metrics.ts'
-
-export const TARGETS_FILE_MAX_BYTES = WATCHED_LIST_MAX_BYTES
 
 function checkTarget (e: Readonly<Record<string, unknown>>, where: string, defaultNamespace: string): EntryCheck<PodTarget> {
   const identity = e.identity
@@ -41,12 +39,8 @@ function checkTarget (e: Readonly<Record<string, unknown>>, where: string, defau
   return { ok: true, id: identity, value }
 }
 
-const TARGETS: ListShape<PodTarget, string> = { key: 'targets', idName: 'identity', checkEntry: checkTarget }
-
-/** Pure: file text to targets plus one problem line per skipped entry. */
-export function parseTargetsFile (text: string, defaultNamespace: string): ListResult<PodTarget> {
-  return parseWatchedList(text, TARGETS, defaultNamespace)
-}
+/** The targets file's list (parseWatchedList reads it; its defaults: the target namespace). */
+export const TARGETS_FILE: ListShape<PodTarget, string> = { key: 'targets', idName: 'identity', checkEntry: checkTarget }
 
 export interface FileTargetSourceOptions extends WatchedFileSettings {
   readonly namespace: string
@@ -62,7 +56,7 @@ export class FileTargetSource extends WatchedListSource<PodTarget, string> imple
     let identities = new Set<string>()
     super({
       ...options,
-      shape: TARGETS,
+      shape: TARGETS_FILE,
       defaults: options.namespace,
       apply: (targets) => {
         const next = new Set<string>()

@@ -16,6 +16,13 @@ import type { PeerCheckErrorReason } from './peer-metrics.ts'
 export type PeerReadFailure = { readonly ok: false, readonly reason: PeerCheckErrorReason, readonly message: string }
 export type PeerReadResult = { readonly ok: true, readonly text: string } | PeerReadFailure
 
+/** One peer document: fetch reads it and gives the parser's result, or why it could not be read. */
+export interface PeerDocumentFetcher<R> {
+  fetch (peer: Peer): Promise<R | PeerReadFailure>
+  /** Aborts reads in flight and releases connections; idempotent. */
+  close (): Promise<void>
+}
+
 export interface PeerReader {
   /** GET http://<peer>/<path>, its body as UTF-8 text when the answer is 200 and small enough. */
   read (peer: Peer, path: string, maxBytes: number): Promise<PeerReadResult>
@@ -118,5 +125,17 @@ export function createPeerReader (options: { timeoutMs: number }): PeerReader {
       })()
       return closed
     },
+  }
+}
+
+/** A fetcher of one document (path, at most maxBytes) from any peer, parsed by parse. */
+export function createPeerDocumentFetcher<R> (options: { timeoutMs: number }, path: string, maxBytes: number, parse: (text: string) => R): PeerDocumentFetcher<R> {
+  const reader = createPeerReader(options)
+  return {
+    async fetch (peer: Peer): Promise<R | PeerReadFailure> {
+      const body = await reader.read(peer, path, maxBytes)
+      return body.ok ? parse(body.text) : body
+    },
+    close: () => reader.close(),
   }
 }

@@ -4,9 +4,8 @@
  * value with a bounded reason, never a throw: the divergence checker counts them and they are
  * not divergence.
  */
-import type { Peer } from './peers.ts'
 import type { PeerCheckErrorReason } from './peer-metrics.ts'
-import { createPeerReader, parseJsonObject, peerReadFailure } from './peer-read.ts'
+import { createPeerDocumentFetcher, parseJsonObject, peerReadFailure, type PeerDocumentFetcher } from './peer-read.ts'
 
 /** About 20,000 targets of /debug/snapshot JSON. */
 const PEER_SNAPSHOT_MAX_BYTES = 4 * 1024 * 1024
@@ -21,11 +20,7 @@ export type PeerSnapshotResult =
   | { readonly ok: true, readonly snapshot: PeerSnapshot }
   | { readonly ok: false, readonly reason: PeerCheckErrorReason, readonly message: string }
 
-export interface PeerSnapshotFetcher {
-  fetch (peer: Peer): Promise<PeerSnapshotResult>
-  /** Aborts checks in flight and releases connections; idempotent. */
-  close (): Promise<void>
-}
+export type PeerSnapshotFetcher = PeerDocumentFetcher<PeerSnapshotResult>
 
 /** Pure: the parsed body of /debug/snapshot to what the checker compares. */
 export function parsePeerSnapshot (text: string): PeerSnapshotResult {
@@ -38,13 +33,5 @@ export function parsePeerSnapshot (text: string): PeerSnapshotResult {
 }
 
 export function createPeerSnapshotFetcher (options: { timeoutMs: number, maxBytes?: number }): PeerSnapshotFetcher {
-  const maxBytes = options.maxBytes ?? PEER_SNAPSHOT_MAX_BYTES
-  const reader = createPeerReader({ timeoutMs: options.timeoutMs })
-  return {
-    async fetch (peer: Peer): Promise<PeerSnapshotResult> {
-      const body = await reader.read(peer, '/debug/snapshot', maxBytes)
-      return body.ok ? parsePeerSnapshot(body.text) : body
-    },
-    close: () => reader.close(),
-  }
+  return createPeerDocumentFetcher(options, '/debug/snapshot', options.maxBytes ?? PEER_SNAPSHOT_MAX_BYTES, parsePeerSnapshot)
 }

@@ -14,11 +14,9 @@
  * The file may list this replica too (one file for all of them): POD_IP or POD_NAME, when
  * set, leave it out.
  */
-import { WATCHED_LIST_MAX_BYTES, WatchedListSource, addressOf, namespaceOf, parseWatchedList, portOf, type EntryCheck, type ListResult, type ListShape, type WatchedFileSettings } from './watched-list.ts'
+import { WatchedListSource, addressOf, namespaceOf, portOf, type EntryCheck, type ListShape, type WatchedFileSettings } from './watched-list.ts'
 import type { Peer, PeerSet } from './peers.ts'
 import { isDnsSubdomain } from '../dns-name.ts'
-
-export const PEERS_FILE_MAX_BYTES = WATCHED_LIST_MAX_BYTES
 
 interface PeerDefaults { readonly namespace: string, readonly port: number }
 
@@ -35,12 +33,8 @@ function checkPeer (e: Readonly<Record<string, unknown>>, where: string, default
   return { ok: true, id, value: { id, address, port } }
 }
 
-const PEERS: ListShape<Peer, PeerDefaults> = { key: 'peers', idName: 'peer', checkEntry: checkPeer }
-
-/** Pure: file text to peers plus one problem line per skipped entry. */
-export function parsePeersFile (text: string, defaults: PeerDefaults): ListResult<Peer> {
-  return parseWatchedList(text, PEERS, defaults)
-}
+/** The peers file's list (parseWatchedList reads it). */
+export const PEERS_FILE: ListShape<Peer, PeerDefaults> = { key: 'peers', idName: 'peer', checkEntry: checkPeer }
 
 export interface FilePeerSourceOptions extends WatchedFileSettings {
   /** Default namespace of entries (the router's own). */
@@ -56,7 +50,7 @@ export class FilePeerSource extends WatchedListSource<Peer, PeerDefaults> {
     const { peers } = options
     super({
       ...options,
-      shape: PEERS,
+      shape: PEERS_FILE,
       defaults: { namespace: options.namespace, port: options.defaultPort },
       apply: (list) => {
         peers.replace(list)

@@ -5,7 +5,7 @@
  *
  *   slice events ──▶ parsePeerSlice ──▶ SliceIndex<Peer> ──▶ PeerSet.apply ──▶ one queue ──▶ listeners
  *   (peers-kubernetes.ts)               (rule 5: newest wins)    (diff, self out)   (in order)
- *   peers file ───▶ parsePeersFile ─────────────────────────▶ PeerSet.replace
+ *   peers file ───▶ parseWatchedList ───────────────────────▶ PeerSet.replace
  *
  * Invariants:
  * - A peer is `{ id, address, port }`; id is `namespace/name` of the endpoint's Pod

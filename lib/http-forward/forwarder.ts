@@ -100,6 +100,9 @@ function statusClass (status: number): string {
   return status < 200 ? '1xx' : status < 300 ? '2xx' : status < 400 ? '3xx' : status < 500 ? '4xx' : '5xx'
 }
 
+/** What a routed request brings to its exchange. */
+type ExchangeStart = Pick<Exchange, 'forwarder' | 'req' | 'res' | 'pod' | 'path' | 'hostTargeted' | 'requestId' | 'log' | 'headers' | 'hasBody' | 'client'>
+
 class Exchange implements PodRequest {
   readonly forwarder: HttpForwarder
   readonly req: Req
@@ -145,20 +148,20 @@ class Exchange implements PodRequest {
   readonly corkable: boolean
   wroteBody = false
 
-  constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, path: string, hostTargeted: boolean, requestId: string, log: RequestLog, headers: string[], hasBody: boolean, client: string) {
-    this.forwarder = forwarder
-    this.log = log
-    this.req = req
-    this.res = res
-    this.pod = pod
-    this.path = path
-    this.hostTargeted = hostTargeted
-    this.requestId = requestId
-    this.headers = headers
-    this.hasBody = hasBody
-    this.client = client
+  constructor (start: ExchangeStart) {
+    this.forwarder = start.forwarder
+    this.log = start.log
+    this.req = start.req
+    this.res = start.res
+    this.pod = start.pod
+    this.path = start.path
+    this.hostTargeted = start.hostTargeted
+    this.requestId = start.requestId
+    this.headers = start.headers
+    this.hasBody = start.hasBody
+    this.client = start.client
     this.startedAt = performance.now()
-    this.corkable = req.httpVersionMajor === 1
+    this.corkable = start.req.httpVersionMajor === 1
   }
 
   dispatchOptions (): Dispatcher.DispatchOptions {
@@ -504,7 +507,7 @@ export class HttpForwarder {
       requestId,
       trusted: options.trustedProxies.trusts(peer),
     })
-    const exchange = new Exchange(this, req, res, pod, target.path, hostTargeted, requestId, log, headers, hasBody, client)
+    const exchange = new Exchange({ forwarder: this, req, res, pod, path: target.path, hostTargeted, requestId, log, headers, hasBody, client })
     const tagged = res as Res & { [kExchange]?: Exchange }
     tagged[kExchange] = exchange
     ;(req as Req & { [kExchange]?: Exchange })[kExchange] = exchange

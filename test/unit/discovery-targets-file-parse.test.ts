@@ -2,7 +2,8 @@
 // line each; a file that cannot be used at all is an error (the caller keeps the last good
 // snapshot).
 import t from 'tap'
-import { parseTargetsFile } from '../../lib/discovery/file.ts'
+import { TARGETS_FILE } from '../../lib/discovery/file.ts'
+import { parseWatchedList } from '../../lib/discovery/watched-list.ts'
 import type { PodTarget } from '../../lib/discovery/types.ts'
 
 function target (identity: string, address: string, extra: Partial<PodTarget> = {}): PodTarget {
@@ -38,7 +39,7 @@ t.test('a YAML object with a targets list gives targets in file order', async (t
     '    grpcPort: 50051',
     '    quicPort: 50052',
   ].join('\n')
-  t.strictSame(parseTargetsFile(text, 'default-ns'), {
+  t.strictSame(parseWatchedList(text, TARGETS_FILE, 'default-ns'), {
     ok: true,
     items: [
       target('stargate-1', '10.0.0.12', { httpPort: 8000, namespace: 'stargate', nodeName: 'node-a', zone: 'zone-1' }),
@@ -54,7 +55,7 @@ t.test('serving: false lists a warming pod (a target, no LLM client HTTP); absen
     '- {identity: stargate-1, address: 10.0.0.2, grpcPort: 50051, quicPort: 50052, serving: true}',
     '- {identity: stargate-2, address: 10.0.0.3, grpcPort: 50051, quicPort: 50052, serving: null}',
   ].join('\n')
-  t.strictSame(parseTargetsFile(text, 'default-ns'), {
+  t.strictSame(parseWatchedList(text, TARGETS_FILE, 'default-ns'), {
     ok: true,
     items: [target('stargate-0', '10.0.0.1', { serving: false }), target('stargate-1', '10.0.0.2'), target('stargate-2', '10.0.0.3')],
     problems: [],
@@ -63,19 +64,19 @@ t.test('serving: false lists a warming pod (a target, no LLM client HTTP); absen
 
 t.test('a bare YAML list is accepted', async (t) => {
   const text = '- {identity: stargate-0, address: 10.0.0.1, grpcPort: 50051, quicPort: 50052}\n'
-  t.strictSame(parseTargetsFile(text, 'default-ns'), { ok: true, items: [target('stargate-0', '10.0.0.1')], problems: [] })
+  t.strictSame(parseWatchedList(text, TARGETS_FILE, 'default-ns'), { ok: true, items: [target('stargate-0', '10.0.0.1')], problems: [] })
 })
 
 t.test('JSON, as an object or a bare list, is accepted', async (t) => {
   const entry = { identity: 'stargate-0', address: '10.0.0.1', grpcPort: 50051, quicPort: 50052, httpPort: 8000 }
   const want = { ok: true, items: [target('stargate-0', '10.0.0.1', { httpPort: 8000 })], problems: [] }
-  t.strictSame(parseTargetsFile(JSON.stringify({ targets: [entry] }), 'default-ns'), want)
-  t.strictSame(parseTargetsFile(JSON.stringify([entry], null, 2), 'default-ns'), want)
+  t.strictSame(parseWatchedList(JSON.stringify({ targets: [entry] }), TARGETS_FILE, 'default-ns'), want)
+  t.strictSame(parseWatchedList(JSON.stringify([entry], null, 2), TARGETS_FILE, 'default-ns'), want)
 })
 
 t.test('an empty targets list is a valid file with no targets', async (t) => {
-  t.strictSame(parseTargetsFile('targets: []\n', 'ns'), { ok: true, items: [], problems: [] })
-  t.strictSame(parseTargetsFile('[]', 'ns'), { ok: true, items: [], problems: [] })
+  t.strictSame(parseWatchedList('targets: []\n', TARGETS_FILE, 'ns'), { ok: true, items: [], problems: [] })
+  t.strictSame(parseWatchedList('[]', TARGETS_FILE, 'ns'), { ok: true, items: [], problems: [] })
 })
 
 t.test('each bad entry is skipped with one problem line and the good ones are kept', async (t) => {
@@ -105,7 +106,7 @@ t.test('each bad entry is skipped with one problem line and the good ones are ke
   ]
   for (const [why, entry, problem] of cases) {
     const text = JSON.stringify({ targets: [entry, { identity: 'stargate-ok', ...good }] })
-    t.strictSame(parseTargetsFile(text, 'default-ns'), { ok: true, items: [target('stargate-ok', '10.0.0.1')], problems: [problem] }, why)
+    t.strictSame(parseWatchedList(text, TARGETS_FILE, 'default-ns'), { ok: true, items: [target('stargate-ok', '10.0.0.1')], problems: [problem] }, why)
   }
 })
 
@@ -116,7 +117,7 @@ t.test('a duplicate identity keeps the first entry and reports the later one', a
     '  - {identity: stargate-1, address: 10.0.0.2, grpcPort: 50051, quicPort: 50052}',
     '  - {identity: stargate-0, address: 10.0.0.3, grpcPort: 50051, quicPort: 50052}',
   ].join('\n')
-  t.strictSame(parseTargetsFile(text, 'default-ns'), {
+  t.strictSame(parseWatchedList(text, TARGETS_FILE, 'default-ns'), {
     ok: true,
     items: [target('stargate-0', '10.0.0.1'), target('stargate-1', '10.0.0.2')],
     problems: ['targets[2]: duplicate identity stargate-0; the first entry is kept'],
@@ -128,7 +129,7 @@ t.test('a skipped bad entry does not count as a seen identity', async (t) => {
     { identity: 'stargate-0', address: 'nope', grpcPort: 1, quicPort: 2 },
     { identity: 'stargate-0', address: '10.0.0.1', grpcPort: 50051, quicPort: 50052 },
   ])
-  t.strictSame(parseTargetsFile(text, 'default-ns'), {
+  t.strictSame(parseWatchedList(text, TARGETS_FILE, 'default-ns'), {
     ok: true,
     items: [target('stargate-0', '10.0.0.1')],
     problems: ['targets[0] (stargate-0): address must be an IPv4 or IPv6 address'],
@@ -142,20 +143,20 @@ t.test('a file that is not YAML is rejected with the parser position', async (t)
     ['\t- x', 'not valid YAML or JSON: Tabs are not allowed as indentation at line 1, column 1'],
     ['targets: []\ntargets: []', 'not valid YAML or JSON: Map keys must be unique at line 2, column 1'],
   ]
-  for (const [text, error] of cases) t.strictSame(parseTargetsFile(text, 'ns'), { ok: false, error }, JSON.stringify(text))
+  for (const [text, error] of cases) t.strictSame(parseWatchedList(text, TARGETS_FILE, 'ns'), { ok: false, error }, JSON.stringify(text))
 })
 
 t.test('a file of the wrong shape is rejected', async (t) => {
   const error = 'expected a list of targets or an object with a "targets" list'
   for (const text of ['', 'hello', '42', 'targets: 5', 'pods: []', '{"targets": {"stargate-0": {}}}', 'null']) {
-    t.strictSame(parseTargetsFile(text, 'ns'), { ok: false, error }, JSON.stringify(text))
+    t.strictSame(parseWatchedList(text, TARGETS_FILE, 'ns'), { ok: false, error }, JSON.stringify(text))
   }
 })
 
 t.test('a target namespace must be a DNS label, as a peer namespace must (issue 17: one rule)', async (t) => {
   const entry = { identity: 'stargate-0', address: '10.0.0.1', grpcPort: 50051, quicPort: 50052 }
   const text = JSON.stringify([{ ...entry, namespace: 'Bad_NS' }, { ...entry, identity: 'stargate-1', namespace: '' }])
-  const result = parseTargetsFile(text, 'default-ns')
+  const result = parseWatchedList(text, TARGETS_FILE, 'default-ns')
   if (!result.ok) throw new Error(result.error)
   t.strictSame(result.problems, ['targets[0] (stargate-0): namespace must be a lower-case DNS label'])
   t.strictSame(result.items.map((target) => [target.identity, target.namespace]), [['stargate-1', 'default-ns']], 'an empty namespace is the default')

@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { setImmediate as nextMacrotask } from 'node:timers/promises'
 import { Registry } from 'prom-client'
-import { FileTargetSource, TARGETS_FILE_MAX_BYTES } from '../../lib/discovery/file.ts'
+import { FileTargetSource } from '../../lib/discovery/file.ts'
+import { WATCHED_LIST_MAX_BYTES } from '../../lib/discovery/watched-list.ts'
 import { WatchedFile } from '../../lib/discovery/watched-file.ts'
 import type { ReadFailure } from '../../lib/read-capped.ts'
 import { SnapshotStore } from '../../lib/discovery/snapshot-store.ts'
@@ -202,16 +203,16 @@ t.test('removing an entry from the file publishes its removal', async (t) => {
 })
 
 t.test('a file of exactly 1 MiB is used and one byte more is rejected, keeping the last good snapshot', async (t) => {
-  t.equal(TARGETS_FILE_MAX_BYTES, 1024 * 1024)
+  t.equal(WATCHED_LIST_MAX_BYTES, 1024 * 1024)
   const dir = await tempDir(t)
   const path = join(dir, 'targets.yaml')
-  await writeFile(path, paddedTo(yamlOf({ 'stargate-0': '10.0.0.1' }), TARGETS_FILE_MAX_BYTES))
+  await writeFile(path, paddedTo(yamlOf({ 'stargate-0': '10.0.0.1' }), WATCHED_LIST_MAX_BYTES))
   const h = await startSource(t, { dir, path })
   t.strictSame(podsOf(h.store.current()), { 'stargate-0': '10.0.0.1' })
   t.equal(h.source.lastError(), null)
   const good = h.store.current()
 
-  await writeAtomically(path, paddedTo(yamlOf({ 'stargate-9': '10.0.0.9' }), TARGETS_FILE_MAX_BYTES + 1))
+  await writeAtomically(path, paddedTo(yamlOf({ 'stargate-9': '10.0.0.9' }), WATCHED_LIST_MAX_BYTES + 1))
   await waitFor(async () => await reloads(h.metrics, 'rejected') === 1, { message: 'the oversized file to be rejected' })
   t.equal(h.store.current(), good, 'the last good snapshot stays')
   t.equal(h.source.lastError(), `targets file too_large: ${path} is 1048577 bytes, over the 1048576-byte limit`)

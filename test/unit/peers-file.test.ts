@@ -5,7 +5,8 @@ import t, { type Test } from 'tap'
 import { mkdtemp, rename, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { FilePeerSource, PEERS_FILE_MAX_BYTES, parsePeersFile } from '../../lib/discovery/peers-file.ts'
+import { FilePeerSource, PEERS_FILE } from '../../lib/discovery/peers-file.ts'
+import { WATCHED_LIST_MAX_BYTES, parseWatchedList } from '../../lib/discovery/watched-list.ts'
 import { PeerSet, type PeerSelf } from '../../lib/discovery/peers.ts'
 import { createLogSink, type LogSink } from '../fixtures/log-sink.ts'
 import { waitFor } from '../fixtures/wait.ts'
@@ -23,7 +24,7 @@ t.test('a peers file lists peers by name or address, with defaults for namespace
     '    namespace: other',
     '    address: fd00::23',
   ].join('\n')
-  t.strictSame(parsePeersFile(yaml, DEFAULTS), {
+  t.strictSame(parseWatchedList(yaml, PEERS_FILE, DEFAULTS), {
     ok: true,
     items: [
       { id: 'routers/stargate-router-0', address: '10.0.0.21', port: 8080 },
@@ -32,7 +33,7 @@ t.test('a peers file lists peers by name or address, with defaults for namespace
     ],
     problems: [],
   })
-  t.strictSame(parsePeersFile('[{"name":"r-0","address":"10.0.0.1"}]', DEFAULTS), { ok: true, items: [{ id: 'routers/r-0', address: '10.0.0.1', port: 8080 }], problems: [] }, 'a bare JSON list')
+  t.strictSame(parseWatchedList('[{"name":"r-0","address":"10.0.0.1"}]', PEERS_FILE, DEFAULTS), { ok: true, items: [{ id: 'routers/r-0', address: '10.0.0.1', port: 8080 }], problems: [] }, 'a bare JSON list')
 })
 
 t.test('bad entries are skipped with one problem line each; the rest of the file counts', async (t) => {
@@ -55,7 +56,7 @@ t.test('bad entries are skipped with one problem line each; the rest of the file
     '  - name: r-5',
     '    address: 10.0.0.55',
   ].join('\n')
-  const result = parsePeersFile(yaml, DEFAULTS)
+  const result = parseWatchedList(yaml, PEERS_FILE, DEFAULTS)
   if (!result.ok) throw new Error(result.error)
   t.strictSame(result.items, [{ id: 'routers/r-5', address: '10.0.0.5', port: 8080 }])
   t.strictSame(result.problems, [
@@ -77,7 +78,7 @@ t.test('a file that is not YAML, or has no list of peers, is rejected whole', as
     ['"a string"', 'expected a list of peers or an object with a "peers" list'],
   ]
   for (const [text, prefix] of cases) {
-    const result = parsePeersFile(text, DEFAULTS)
+    const result = parseWatchedList(text, PEERS_FILE, DEFAULTS)
     t.equal(result.ok, false, text)
     if (!result.ok) t.match(result.error, prefix, text)
   }
@@ -133,7 +134,7 @@ t.test('a malformed peers file keeps the last good peers and says why', async (t
 
 t.test('a peers file over 1 MiB keeps the last good peers and is never parsed', async (t) => {
   const h = await startSource(t, TWO)
-  await replaceFile(h.path, TWO + '#' + 'x'.repeat(PEERS_FILE_MAX_BYTES) + '\n')
+  await replaceFile(h.path, TWO + '#' + 'x'.repeat(WATCHED_LIST_MAX_BYTES) + '\n')
   await waitFor(() => h.source.lastError(), { message: 'the rejection' })
   t.match(h.source.lastError(), /^peers file too_large: .* over the 1048576-byte limit/)
   t.strictSame(h.peers.peers().map((p) => p.id), ['routers/r-0', 'routers/r-1'], 'last good peers kept')

@@ -137,6 +137,12 @@ static napi_value boolean(napi_env env, int b) {
   return v;
 }
 
+static napi_value object(napi_env env) {
+  napi_value v;
+  napi_create_object(env, &v);
+  return v;
+}
+
 static napi_value throw_error(napi_env env, const char *msg) {
   napi_throw_error(env, NULL, msg);
   return NULL;
@@ -225,11 +231,6 @@ static int get_bytes(napi_env env, napi_value v, uint8_t **data, size_t *len) {
   return -1;
 }
 
-static void get_args(napi_env env, napi_callback_info info, size_t want, napi_value *argv) {
-  size_t argc = want;
-  for (size_t i = 0; i < want; i++) argv[i] = NULL;
-  napi_get_cb_info(env, info, &argc, argv, NULL, NULL);
-}
 
 static qconn *conn_arg(napi_env env, qengine *eng, napi_value v) {
   uint32_t id = (uint32_t)get_num(env, v, 0);
@@ -237,9 +238,11 @@ static qconn *conn_arg(napi_env env, qengine *eng, napi_value v) {
   return c;
 }
 
-static qstream *stream_arg(napi_env env, qconn *c, napi_value v) {
+/* A stream named by two arguments: its connection id, then its stream id. */
+static qstream *stream_args(napi_env env, qengine *eng, napi_value *argv) {
+  qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL) return NULL;
-  int64_t id = (int64_t)get_num(env, v, -1);
+  int64_t id = (int64_t)get_num(env, argv[1], -1);
   return conn_find_stream(c, id);
 }
 
@@ -348,10 +351,7 @@ static void configure_endpoint(napi_env env, qendpoint *ep, napi_value o) {
 
 /* ---- functions ---- */
 
-static napi_value js_init(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[1];
-  get_args(env, info, 1, argv);
+static napi_value js_init(napi_env env, qengine *eng, napi_value *argv) {
   if (eng->callback != NULL) napi_delete_reference(env, eng->callback);
   napi_create_reference(env, argv[0], 1, &eng->callback);
   if (eng->events_ab == NULL) {
@@ -372,30 +372,32 @@ static napi_value js_init(napi_env env, napi_callback_info info) {
   return arr;
 }
 
-static napi_value js_cred_server(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
+/* The PEM copies a credential was built from: the key's bytes are wiped before they are freed. */
+static void free_pems(char *cert, char *key, size_t keylen, char *ca) {
+  if (key != NULL) gnutls_memset(key, 0, keylen);
+  free(cert);
+  free(key);
+  free(ca);
+}
+
+/* A new credential's id for JavaScript, or the reason it could not be built, thrown. */
+static napi_value cred_id(napi_env env, const qcred *cr, const char *err) {
+  if (cr == NULL) return throw_error(env, err);
+  return num(env, cr->id);
+}
+
+static napi_value js_cred_server(napi_env env, qengine *eng, napi_value *argv) {
   size_t certlen = 0, keylen = 0, calen = 0;
   char *cert = get_string(env, argv[0], &certlen);
   char *key = get_string(env, argv[1], &keylen);
   char *ca = get_string(env, argv[2], &calen);
   const char *err = "certificate and key are required";
   qcred *cr = cert != NULL && key != NULL ? cred_new_server(eng, cert, certlen, key, keylen, ca, calen, &err) : NULL;
-  if (key != NULL) {
-    gnutls_memset(key, 0, keylen);
-  }
-  free(cert);
-  free(key);
-  free(ca);
-  if (cr == NULL) return throw_error(env, err);
-  return num(env, cr->id);
+  free_pems(cert, key, keylen, ca);
+  return cred_id(env, cr, err);
 }
 
-static napi_value js_cred_client(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[4];
-  get_args(env, info, 4, argv);
+static napi_value js_cred_client(napi_env env, qengine *eng, napi_value *argv) {
   size_t calen = 0, certlen = 0, keylen = 0;
   char *ca = get_string(env, argv[0], &calen);
   int verify = get_bool(env, argv[1], 1);
@@ -403,18 +405,11 @@ static napi_value js_cred_client(napi_env env, napi_callback_info info) {
   char *key = get_string(env, argv[3], &keylen);
   const char *err = NULL;
   qcred *cr = cred_new_client(eng, ca, calen, verify, cert, certlen, key, keylen, &err);
-  if (key != NULL) gnutls_memset(key, 0, keylen);
-  free(ca);
-  free(cert);
-  free(key);
-  if (cr == NULL) return throw_error(env, err);
-  return num(env, cr->id);
+  free_pems(cert, key, keylen, ca);
+  return cred_id(env, cr, err);
 }
 
-static napi_value js_cred_release(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[1];
-  get_args(env, info, 1, argv);
+static napi_value js_cred_release(napi_env env, qengine *eng, napi_value *argv) {
   qcred *cr = qmap_get_u64(&eng->creds, (uint32_t)get_num(env, argv[0], 0));
   if (cr != NULL && !cr->released) {
     cr->released = 1;
@@ -423,10 +418,7 @@ static napi_value js_cred_release(napi_env env, napi_callback_info info) {
   return undefined(env);
 }
 
-static napi_value js_listen(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
+static napi_value js_listen(napi_env env, qengine *eng, napi_value *argv) {
   struct sockaddr_storage ss;
   socklen_t sslen;
   if (get_addr(env, argv[0], argv[1], &ss, &sslen) != 0) return throw_error(env, "listen needs an IP address");
@@ -465,10 +457,7 @@ static qendpoint *endpoint_arg(napi_env env, qengine *eng, napi_value v) {
   return qmap_get_u64(&eng->endpoints, (uint32_t)get_num(env, v, 0));
 }
 
-static napi_value js_endpoint_configure(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[2];
-  get_args(env, info, 2, argv);
+static napi_value js_endpoint_configure(napi_env env, qengine *eng, napi_value *argv) {
   qendpoint *ep = endpoint_arg(env, eng, argv[0]);
   if (ep != NULL && !ep->closed) configure_endpoint(env, ep, argv[1]);
   return undefined(env);
@@ -491,20 +480,15 @@ static void set_io(napi_env env, napi_value o, const qio *io) {
 
 /* {names[i]: counts[i]}: a counter array indexed by one of quic.h's reason tables. */
 static napi_value counts_by_name(napi_env env, const char *const *names, const uint64_t *counts, int n) {
-  napi_value o;
-  napi_create_object(env, &o);
+  napi_value o = object(env);
   for (int i = 0; i < n; i++) SET(names[i], counts[i]);
   return o;
 }
 
-static napi_value js_endpoint_stats(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[1];
-  get_args(env, info, 1, argv);
+static napi_value js_endpoint_stats(napi_env env, qengine *eng, napi_value *argv) {
   qendpoint *ep = endpoint_arg(env, eng, argv[0]);
   if (ep == NULL) return undefined(env);
-  napi_value o;
-  napi_create_object(env, &o);
+  napi_value o = object(env);
   SET("connections", ep->nconns);
   SET("pending", ep->npending);
   SET("halfOpen", ep->half_open);
@@ -519,10 +503,7 @@ static napi_value js_endpoint_stats(napi_env env, napi_callback_info info) {
   return o;
 }
 
-static napi_value js_endpoint_close(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[1];
-  get_args(env, info, 1, argv);
+static napi_value js_endpoint_close(napi_env env, qengine *eng, napi_value *argv) {
   qendpoint *ep = endpoint_arg(env, eng, argv[0]);
   if (ep != NULL && !ep->closed) {
     ep_close(ep);
@@ -531,10 +512,7 @@ static napi_value js_endpoint_close(napi_env env, napi_callback_info info) {
   return undefined(env);
 }
 
-static napi_value js_accept(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[4];
-  get_args(env, info, 4, argv);
+static napi_value js_accept(napi_env env, qengine *eng, napi_value *argv) {
   qpending *p = qmap_get_u64(&eng->pendings, (uint32_t)get_num(env, argv[0], 0));
   if (p == NULL) return num(env, 0);
   qcred *cr = qmap_get_u64(&eng->creds, (uint32_t)get_num(env, argv[1], 0));
@@ -551,20 +529,14 @@ static napi_value js_accept(napi_env env, napi_callback_info info) {
   return num(env, c->id);
 }
 
-static napi_value js_reject(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[2];
-  get_args(env, info, 2, argv);
+static napi_value js_reject(napi_env env, qengine *eng, napi_value *argv) {
   qpending *p = qmap_get_u64(&eng->pendings, (uint32_t)get_num(env, argv[0], 0));
   if (p == NULL) return undefined(env);
   pending_reject(p, (uint64_t)get_num(env, argv[1], 0));
   return undefined(env);
 }
 
-static napi_value js_connect(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[7];
-  get_args(env, info, 7, argv);
+static napi_value js_connect(napi_env env, qengine *eng, napi_value *argv) {
   struct sockaddr_storage ss;
   socklen_t sslen;
   if (get_addr(env, argv[0], argv[1], &ss, &sslen) != 0) return throw_error(env, "connect needs an IP address");
@@ -604,10 +576,7 @@ static napi_value js_connect(napi_env env, napi_callback_info info) {
 }
 
 /* close(conn, app, code, reason) and closeFlushed(conn, app, code, reason, timeoutMs). */
-static napi_value close_with(napi_env env, napi_callback_info info, int flushed) {
-  qengine *eng = engine_of(env);
-  napi_value argv[5];
-  get_args(env, info, 5, argv);
+static napi_value close_with(napi_env env, qengine *eng, napi_value *argv, int flushed) {
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL) return undefined(env);
   int app = get_bool(env, argv[1], 1);
@@ -628,18 +597,15 @@ static napi_value close_with(napi_env env, napi_callback_info info, int flushed)
   return undefined(env);
 }
 
-static napi_value js_close(napi_env env, napi_callback_info info) {
-  return close_with(env, info, 0);
+static napi_value js_close(napi_env env, qengine *eng, napi_value *argv) {
+  return close_with(env, eng, argv, 0);
 }
 
-static napi_value js_close_flushed(napi_env env, napi_callback_info info) {
-  return close_with(env, info, 1);
+static napi_value js_close_flushed(napi_env env, qengine *eng, napi_value *argv) {
+  return close_with(env, eng, argv, 1);
 }
 
-static napi_value js_destroy(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[1];
-  get_args(env, info, 1, argv);
+static napi_value js_destroy(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c != NULL) {
     conn_kill(c, CLOSE_DESTROYED, 1);
@@ -648,10 +614,7 @@ static napi_value js_destroy(napi_env env, napi_callback_info info) {
   return undefined(env);
 }
 
-static napi_value js_conn_drain(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
+static napi_value js_conn_drain(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL) return num(env, -1);
   int work = drain_begin(c, (int)get_num(env, argv[1], 0), (uint64_t)get_num(env, argv[2], 0));
@@ -659,14 +622,10 @@ static napi_value js_conn_drain(napi_env env, napi_callback_info info) {
   return num(env, work);
 }
 
-static napi_value js_conn_info(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[1];
-  get_args(env, info, 1, argv);
+static napi_value js_conn_info(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL) return undefined(env);
-  napi_value o, v, p;
-  napi_create_object(env, &o);
+  napi_value o = object(env), v, p;
   gnutls_datum_t alpn = {NULL, 0};
   if (c->session != NULL && gnutls_alpn_get_selected_protocol(c->session, &alpn) == 0 && alpn.size > 0) {
     napi_create_string_latin1(env, (const char *)alpn.data, alpn.size, &v);
@@ -693,16 +652,12 @@ static napi_value js_conn_info(napi_env env, napi_callback_info info) {
   return o;
 }
 
-static napi_value js_conn_stats(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[1];
-  get_args(env, info, 1, argv);
+static napi_value js_conn_stats(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL || c->conn == NULL) return undefined(env);
   ngtcp2_conn_stat st;
   ngtcp2_conn_get_conn_stat(c->conn, &st);
-  napi_value o;
-  napi_create_object(env, &o);
+  napi_value o = object(env);
   SET("rttUs", st.smoothed_rtt / 1000);
   SET("cwnd", st.cwnd);
   SET("bytesInFlight", st.bytes_in_flight);
@@ -720,10 +675,7 @@ static napi_value js_conn_stats(napi_env env, napi_callback_info info) {
   return o;
 }
 
-static napi_value js_peer_certificates(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[1];
-  get_args(env, info, 1, argv);
+static napi_value js_peer_certificates(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   napi_value arr;
   napi_create_array(env, &arr);
@@ -739,10 +691,7 @@ static napi_value js_peer_certificates(napi_env env, napi_callback_info info) {
   return arr;
 }
 
-static napi_value js_stream_open(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[2];
-  get_args(env, info, 2, argv);
+static napi_value js_stream_open(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL || c->state != CSTATE_OPEN) return num(env, -2);
   qstream *s = NULL;
@@ -750,22 +699,15 @@ static napi_value js_stream_open(napi_env env, napi_callback_info info) {
   return num(env, rv == 0 ? (double)s->id : (double)rv);
 }
 
-static napi_value js_streams_left(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[2];
-  get_args(env, info, 2, argv);
+static napi_value js_streams_left(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL || c->state != CSTATE_OPEN) return num(env, 0);
   int bidi = get_bool(env, argv[1], 1);
   return num(env, (double)(bidi ? ngtcp2_conn_get_streams_bidi_left(c->conn) : ngtcp2_conn_get_streams_uni_left(c->conn)));
 }
 
-static napi_value js_stream_read(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
-  qconn *c = conn_arg(env, eng, argv[0]);
-  qstream *s = stream_arg(env, c, argv[1]);
+static napi_value js_stream_read(napi_env env, qengine *eng, napi_value *argv) {
+  qstream *s = stream_args(env, eng, argv);
   if (s == NULL || s->mode != SMODE_JS) return num(env, 3);
   size_t avail = (size_t)(s->rx.end - s->rx.acked);
   if (avail == 0) {
@@ -792,12 +734,8 @@ static napi_value js_stream_read(napi_env env, napi_callback_info info) {
   return buf;
 }
 
-static napi_value js_stream_write(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[4];
-  get_args(env, info, 4, argv);
-  qconn *c = conn_arg(env, eng, argv[0]);
-  qstream *s = stream_arg(env, c, argv[1]);
+static napi_value js_stream_write(napi_env env, qengine *eng, napi_value *argv) {
+  qstream *s = stream_args(env, eng, argv);
   if (s == NULL || s->mode != SMODE_JS) return num(env, -1);
   uint8_t *data;
   size_t len;
@@ -807,44 +745,28 @@ static napi_value js_stream_write(napi_env env, napi_callback_info info) {
   return num(env, (double)n);
 }
 
-static napi_value js_stream_reset(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
-  qconn *c = conn_arg(env, eng, argv[0]);
-  qstream *s = stream_arg(env, c, argv[1]);
+static napi_value js_stream_reset(napi_env env, qengine *eng, napi_value *argv) {
+  qstream *s = stream_args(env, eng, argv);
   if (s != NULL) stream_reset(s, (uint64_t)get_num(env, argv[2], 0));
   return undefined(env);
 }
 
-static napi_value js_stream_stop(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
-  qconn *c = conn_arg(env, eng, argv[0]);
-  qstream *s = stream_arg(env, c, argv[1]);
+static napi_value js_stream_stop(napi_env env, qengine *eng, napi_value *argv) {
+  qstream *s = stream_args(env, eng, argv);
   if (s != NULL) stream_stop_sending(s, (uint64_t)get_num(env, argv[2], 0));
   return undefined(env);
 }
 
-static napi_value js_splice(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[4];
-  get_args(env, info, 4, argv);
-  qconn *ca = conn_arg(env, eng, argv[0]);
-  qconn *cb = conn_arg(env, eng, argv[2]);
-  qstream *a = stream_arg(env, ca, argv[1]);
-  qstream *b = stream_arg(env, cb, argv[3]);
+static napi_value js_splice(napi_env env, qengine *eng, napi_value *argv) {
+  qstream *a = stream_args(env, eng, argv);
+  qstream *b = stream_args(env, eng, argv + 2);
   if (a == NULL || b == NULL) return boolean(env, 0);
   int ok = stream_splice(a, b) == 0;
   engine_kick(eng);
   return boolean(env, ok);
 }
 
-static napi_value js_stream_bridge(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[5];
-  get_args(env, info, 5, argv);
+static napi_value js_stream_bridge(napi_env env, qengine *eng, napi_value *argv) {
   qconn *a = conn_arg(env, eng, argv[0]);
   qconn *b = conn_arg(env, eng, argv[1]);
   if (a == NULL || b == NULL) return boolean(env, 0);
@@ -853,10 +775,7 @@ static napi_value js_stream_bridge(napi_env env, napi_callback_info info) {
   return boolean(env, ok);
 }
 
-static napi_value js_datagram_send(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[2];
-  get_args(env, info, 2, argv);
+static napi_value js_datagram_send(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   uint8_t *data;
   size_t len;
@@ -864,10 +783,7 @@ static napi_value js_datagram_send(napi_env env, napi_callback_info info) {
   return boolean(env, conn_dgram_queue(c, data, len) == 0);
 }
 
-static napi_value js_datagram_bridge(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
+static napi_value js_datagram_bridge(napi_env env, qengine *eng, napi_value *argv) {
   qconn *a = conn_arg(env, eng, argv[0]);
   qconn *b = conn_arg(env, eng, argv[1]);
   int mode = (int)get_num(env, argv[2], 1);
@@ -878,10 +794,7 @@ static napi_value js_datagram_bridge(napi_env env, napi_callback_info info) {
   return boolean(env, 1);
 }
 
-static napi_value js_datagram_map(napi_env env, napi_callback_info info) {
-  qengine *eng = engine_of(env);
-  napi_value argv[3];
-  get_args(env, info, 3, argv);
+static napi_value js_datagram_map(napi_env env, qengine *eng, napi_value *argv) {
   qconn *c = conn_arg(env, eng, argv[0]);
   if (c == NULL) return boolean(env, 0);
   uint64_t from = (uint64_t)get_num(env, argv[1], 0);
@@ -903,11 +816,9 @@ static napi_value js_datagram_map(napi_env env, napi_callback_info info) {
   return boolean(env, 1);
 }
 
-static napi_value js_counters(napi_env env, napi_callback_info info) {
-  (void)info;
-  qengine *eng = engine_of(env);
-  napi_value o;
-  napi_create_object(env, &o);
+static napi_value js_counters(napi_env env, qengine *eng, napi_value *argv) {
+  (void)argv;
+  napi_value o = object(env);
   SET("connections", eng->live_conns);
   SET("streams", eng->live_streams);
   SET("pending", eng->live_pending);
@@ -942,8 +853,60 @@ static void finalize_instance(napi_env env, void *data, void *hint) {
      the engine's memory is left to the process exit. */
 }
 
-/* A plain method of the exports object (no getter, setter or data). */
-#define METHOD(name, fn) {name, NULL, fn, NULL, NULL, NULL, napi_default, NULL}
+/* Every method receives its engine and its arguments (N-API passes undefined for the ones left out). */
+typedef napi_value (*qmethod_fn)(napi_env env, qengine *eng, napi_value *argv);
+
+typedef struct {
+  const char *name;
+  qmethod_fn fn;
+} qmethod;
+
+#define ARGS_MAX 7 /* connect's */
+
+static const qmethod METHODS[] = {
+    {"init", js_init},
+    {"credServer", js_cred_server},
+    {"credClient", js_cred_client},
+    {"credRelease", js_cred_release},
+    {"listen", js_listen},
+    {"endpointConfigure", js_endpoint_configure},
+    {"endpointStats", js_endpoint_stats},
+    {"endpointClose", js_endpoint_close},
+    {"accept", js_accept},
+    {"reject", js_reject},
+    {"connect", js_connect},
+    {"close", js_close},
+    {"closeFlushed", js_close_flushed},
+    {"destroy", js_destroy},
+    {"connDrain", js_conn_drain},
+    {"connInfo", js_conn_info},
+    {"connStats", js_conn_stats},
+    {"peerCertificates", js_peer_certificates},
+    {"streamOpen", js_stream_open},
+    {"streamsLeft", js_streams_left},
+    {"streamRead", js_stream_read},
+    {"streamWrite", js_stream_write},
+    {"streamReset", js_stream_reset},
+    {"streamStop", js_stream_stop},
+    {"splice", js_splice},
+    {"streamBridge", js_stream_bridge},
+    {"datagramSend", js_datagram_send},
+    {"datagramBridge", js_datagram_bridge},
+    {"datagramMap", js_datagram_map},
+    {"counters", js_counters},
+};
+
+#define NMETHODS (sizeof METHODS / sizeof METHODS[0])
+
+/* The one N-API callback: unpacks the arguments and calls the method its descriptor names. */
+static napi_value call_method(napi_env env, napi_callback_info info) {
+  napi_value argv[ARGS_MAX] = {NULL};
+  size_t argc = ARGS_MAX;
+  void *data = NULL;
+  napi_get_cb_info(env, info, &argc, argv, NULL, &data);
+  const qmethod *m = data;
+  return m->fn(env, engine_of(env), argv);
+}
 
 NAPI_MODULE_INIT() {
   qengine *eng = calloc(1, sizeof *eng);
@@ -953,38 +916,11 @@ NAPI_MODULE_INIT() {
   }
   napi_set_instance_data(env, eng, finalize_instance, NULL);
   napi_add_env_cleanup_hook(env, cleanup, eng);
-  napi_property_descriptor fns[] = {
-      METHOD("init", js_init),
-      METHOD("credServer", js_cred_server),
-      METHOD("credClient", js_cred_client),
-      METHOD("credRelease", js_cred_release),
-      METHOD("listen", js_listen),
-      METHOD("endpointConfigure", js_endpoint_configure),
-      METHOD("endpointStats", js_endpoint_stats),
-      METHOD("endpointClose", js_endpoint_close),
-      METHOD("accept", js_accept),
-      METHOD("reject", js_reject),
-      METHOD("connect", js_connect),
-      METHOD("close", js_close),
-      METHOD("closeFlushed", js_close_flushed),
-      METHOD("destroy", js_destroy),
-      METHOD("connDrain", js_conn_drain),
-      METHOD("connInfo", js_conn_info),
-      METHOD("connStats", js_conn_stats),
-      METHOD("peerCertificates", js_peer_certificates),
-      METHOD("streamOpen", js_stream_open),
-      METHOD("streamsLeft", js_streams_left),
-      METHOD("streamRead", js_stream_read),
-      METHOD("streamWrite", js_stream_write),
-      METHOD("streamReset", js_stream_reset),
-      METHOD("streamStop", js_stream_stop),
-      METHOD("splice", js_splice),
-      METHOD("streamBridge", js_stream_bridge),
-      METHOD("datagramSend", js_datagram_send),
-      METHOD("datagramBridge", js_datagram_bridge),
-      METHOD("datagramMap", js_datagram_map),
-      METHOD("counters", js_counters),
-  };
-  napi_define_properties(env, exports, sizeof fns / sizeof fns[0], fns);
+  napi_property_descriptor fns[NMETHODS];
+  for (size_t i = 0; i < NMETHODS; i++) {
+    /* A plain method of the exports object (no getter, setter or value). */
+    fns[i] = (napi_property_descriptor){METHODS[i].name, NULL, call_method, NULL, NULL, NULL, napi_default, (void *)&METHODS[i]};
+  }
+  napi_define_properties(env, exports, NMETHODS, fns);
   return exports;
 }

@@ -144,28 +144,28 @@ static void streams_available(qconn *c) {
               (double)ngtcp2_conn_get_streams_uni_left(c->conn), NULL, 0);
 }
 
-static int extend_bidi_cb(ngtcp2_conn *conn, uint64_t max_streams, void *ud) {
-  (void)conn;
-  (void)max_streams;
-  qconn *c = ud;
+/* The peer granted more streams of one kind: the bridge's waiting twins go first; TypeScript
+   hears of it when one of its opens failed for lack of credit. */
+static int streams_extended(qconn *c, int bidi) {
+  int *blocked = bidi ? &c->streams_blocked_bidi : &c->streams_blocked_uni;
   bridge_on_credit(c);
-  if (c->streams_blocked_bidi) {
-    c->streams_blocked_bidi = 0;
+  if (*blocked) {
+    *blocked = 0;
     if (c->established) streams_available(c);
   }
   return 0;
 }
 
+static int extend_bidi_cb(ngtcp2_conn *conn, uint64_t max_streams, void *ud) {
+  (void)conn;
+  (void)max_streams;
+  return streams_extended(ud, 1);
+}
+
 static int extend_uni_cb(ngtcp2_conn *conn, uint64_t max_streams, void *ud) {
   (void)conn;
   (void)max_streams;
-  qconn *c = ud;
-  bridge_on_credit(c);
-  if (c->streams_blocked_uni) {
-    c->streams_blocked_uni = 0;
-    if (c->established) streams_available(c);
-  }
-  return 0;
+  return streams_extended(ud, 0);
 }
 
 static int recv_stateless_reset_cb(ngtcp2_conn *conn, const ngtcp2_pkt_stateless_reset *sr, void *ud) {
@@ -322,9 +322,18 @@ static void apply_params(ngtcp2_transport_params *p, const qtransport *t) {
   p->max_datagram_frame_size = t->datagrams ? 65535 : 0;
 }
 
-static qconn *conn_alloc(qendpoint *ep, int server, qcred *cr, const qtransport *t) {
+/* A connection on ep to remote, registered with the engine but not yet started (conn_start). */
+static qconn *conn_alloc(qendpoint *ep, int server, qcred *cr, const qtransport *t,
+                         const struct sockaddr_storage *remote, socklen_t remotelen, const char **err) {
   qconn *c = calloc(1, sizeof *c);
-  if (c == NULL) return NULL;
+  if (c == NULL) {
+    *err = "out of memory";
+    return NULL;
+  }
+  memcpy(&c->local, &ep->local, ep->locallen);
+  c->locallen = ep->locallen;
+  memcpy(&c->remote, remote, remotelen);
+  c->remotelen = remotelen;
   c->eng = ep->eng;
   c->ep = ep;
   c->server = server;
@@ -349,6 +358,15 @@ static qconn *conn_alloc(qendpoint *ep, int server, qcred *cr, const qtransport 
   return c;
 }
 
+/* The path ngtcp2 is created with: our address and the peer's. */
+static ngtcp2_path conn_path(qconn *c) {
+  return (ngtcp2_path){
+      {(struct sockaddr *)&c->local, c->locallen},
+      {(struct sockaddr *)&c->remote, c->remotelen},
+      NULL,
+  };
+}
+
 /* Frees what conn_alloc and creation set up (a connection that never started). */
 static void conn_abort_new(qconn *c) {
   qengine *eng = c->eng;
@@ -367,17 +385,32 @@ static void conn_abort_new(qconn *c) {
   free(c);
 }
 
+/* Creation's second half once ngtcp2_conn_*_new answered rv: the TLS session (sni and alpn as
+   the side needs them), then the SCID the peer addresses us by. -1 (err set): conn_abort_new. */
+static int conn_start(qconn *c, int rv, const ngtcp2_cid *scid, const char *sni, const uint8_t *alpn, size_t alpnlen,
+                      const char **err) {
+  if (rv != 0) {
+    c->conn = NULL;
+    *err = "the connection could not be created";
+    return -1;
+  }
+  int tls = c->server ? tls_session_server(c, c->cred, alpn, alpnlen) : tls_session_client(c, c->cred, sni, alpn, alpnlen);
+  if (tls != 0) {
+    *err = "the TLS session could not be set up";
+    return -1;
+  }
+  ngtcp2_conn_set_tls_native_handle(c->conn, c->session);
+  if (c->keep_alive_ns > 0) ngtcp2_conn_set_keep_alive_timeout(c->conn, c->keep_alive_ns);
+  c->cids[c->ncids++] = *scid;
+  ep_register_cid(c->ep, scid, c);
+  c->js_datagrams = 1;
+  return 0;
+}
+
 qconn *conn_new_server(qendpoint *ep, const ngtcp2_pkt_hd *hd, const qpending *p, qcred *cr,
                        const uint8_t *alpn, size_t alpnlen, const qtransport *t, const char **err) {
-  qconn *c = conn_alloc(ep, 1, cr, t);
-  if (c == NULL) {
-    *err = "out of memory";
-    return NULL;
-  }
-  memcpy(&c->local, &ep->local, ep->locallen);
-  c->locallen = ep->locallen;
-  memcpy(&c->remote, &p->remote, p->remotelen);
-  c->remotelen = p->remotelen;
+  qconn *c = conn_alloc(ep, 1, cr, t, &p->remote, p->remotelen, err);
+  if (c == NULL) return NULL;
   c->validated = p->validated;
 
   ngtcp2_cid scid;
@@ -404,46 +437,23 @@ qconn *conn_new_server(qendpoint *ep, const ngtcp2_pkt_hd *hd, const qpending *p
   params.stateless_reset_token_present = 1;
   ep_reset_token(ep, &scid, params.stateless_reset_token);
 
-  ngtcp2_path path = {
-      {(struct sockaddr *)&c->local, c->locallen},
-      {(struct sockaddr *)&c->remote, c->remotelen},
-      NULL,
-  };
+  ngtcp2_path path = conn_path(c);
   int rv = ngtcp2_conn_server_new(&c->conn, &hd->scid, &scid, &path, hd->version, &SERVER_CALLBACKS, &settings,
                                   &params, NULL, c);
-  if (rv != 0) {
-    c->conn = NULL;
+  if (conn_start(c, rv, &scid, NULL, alpn, alpnlen, err) != 0) {
     conn_abort_new(c);
-    *err = "the connection could not be created";
     return NULL;
   }
-  if (tls_session_server(c, cr, alpn, alpnlen) != 0) {
-    conn_abort_new(c);
-    *err = "the TLS session could not be set up";
-    return NULL;
-  }
-  ngtcp2_conn_set_tls_native_handle(c->conn, c->session);
-  if (c->keep_alive_ns > 0) ngtcp2_conn_set_keep_alive_timeout(c->conn, c->keep_alive_ns);
-  c->cids[c->ncids++] = scid;
-  ep_register_cid(ep, &scid, c);
   /* The client addresses us by its chosen DCID until it learns our SCID. */
   c->odcid = hd->dcid;
   c->odcid_registered = ep_register_cid(ep, &c->odcid, c) == 0;
-  c->js_datagrams = 1;
   return c;
 }
 
 qconn *conn_new_client(qendpoint *ep, qcred *cr, const char *sni, const uint8_t *alpn, size_t alpnlen,
                        const qtransport *t, const char **err) {
-  qconn *c = conn_alloc(ep, 0, cr, t);
-  if (c == NULL) {
-    *err = "out of memory";
-    return NULL;
-  }
-  memcpy(&c->local, &ep->local, ep->locallen);
-  c->locallen = ep->locallen;
-  memcpy(&c->remote, &ep->remote, ep->remotelen);
-  c->remotelen = ep->remotelen;
+  qconn *c = conn_alloc(ep, 0, cr, t, &ep->remote, ep->remotelen, err);
+  if (c == NULL) return NULL;
   ngtcp2_cid dcid, scid;
   dcid.datalen = 18;
   q_rand(dcid.data, dcid.datalen);
@@ -453,29 +463,13 @@ qconn *conn_new_client(qendpoint *ep, qcred *cr, const char *sni, const uint8_t 
   apply_settings(&settings, t);
   ngtcp2_transport_params params;
   apply_params(&params, t);
-  ngtcp2_path path = {
-      {(struct sockaddr *)&c->local, c->locallen},
-      {(struct sockaddr *)&c->remote, c->remotelen},
-      NULL,
-  };
+  ngtcp2_path path = conn_path(c);
   int rv = ngtcp2_conn_client_new(&c->conn, &dcid, &scid, &path, NGTCP2_PROTO_VER_V1, &CLIENT_CALLBACKS, &settings,
                                   &params, NULL, c);
-  if (rv != 0) {
-    c->conn = NULL;
+  if (conn_start(c, rv, &scid, sni, alpn, alpnlen, err) != 0) {
     conn_abort_new(c);
-    *err = "the connection could not be created";
     return NULL;
   }
-  if (tls_session_client(c, cr, sni, alpn, alpnlen) != 0) {
-    conn_abort_new(c);
-    *err = "the TLS session could not be set up";
-    return NULL;
-  }
-  ngtcp2_conn_set_tls_native_handle(c->conn, c->session);
-  if (c->keep_alive_ns > 0) ngtcp2_conn_set_keep_alive_timeout(c->conn, c->keep_alive_ns);
-  c->cids[c->ncids++] = scid;
-  ep_register_cid(ep, &scid, c);
-  c->js_datagrams = 1;
   engine_mark_dirty(c->eng, c);
   return c;
 }

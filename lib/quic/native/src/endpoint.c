@@ -102,37 +102,11 @@ static qendpoint *ep_alloc(qengine *eng, int fd) {
   return ep;
 }
 
-qendpoint *ep_new_listen(qengine *eng, const struct sockaddr *addr, socklen_t addrlen, int rcvbuf, int sndbuf,
-                         const char **err, int *errnum) {
+/* An endpoint on a new UDP socket bound to addr, or connected to it; NULL with err naming the
+   step that failed and errnum its errno. */
+static qendpoint *ep_open(qengine *eng, const struct sockaddr *addr, socklen_t addrlen, int connected, int rcvbuf,
+                          int sndbuf, const char **err, int *errnum) {
   int fd = make_socket(addr->sa_family, rcvbuf, sndbuf);
-  if (fd < 0) {
-    *errnum = errno;
-    *err = "socket";
-    return NULL;
-  }
-  if (bind(fd, addr, addrlen) != 0) {
-    *errnum = errno;
-    *err = "bind";
-    close(fd);
-    return NULL;
-  }
-  qendpoint *ep = ep_alloc(eng, fd);
-  if (ep == NULL) {
-    close(fd);
-    *errnum = ENOMEM;
-    *err = "out of memory";
-    return NULL;
-  }
-  ep->locallen = sizeof ep->local;
-  getsockname(fd, (struct sockaddr *)&ep->local, &ep->locallen);
-  ep->listening = 1;
-  ep->accepting = 1;
-  return ep;
-}
-
-qendpoint *ep_new_connected(qengine *eng, const struct sockaddr *remote, socklen_t remotelen, int rcvbuf, int sndbuf,
-                            const char **err, int *errnum) {
-  int fd = make_socket(remote->sa_family, rcvbuf, sndbuf);
   if (fd < 0) {
     *errnum = errno;
     *err = "socket";
@@ -140,9 +114,9 @@ qendpoint *ep_new_connected(qengine *eng, const struct sockaddr *remote, socklen
   }
   /* A connected socket receives only from its peer and reports ICMP errors (port unreachable:
      the pod is not listening) as ECONNREFUSED, so a refused dial fails at once. */
-  if (connect(fd, remote, remotelen) != 0) {
+  if ((connected ? connect(fd, addr, addrlen) : bind(fd, addr, addrlen)) != 0) {
     *errnum = errno;
-    *err = "connect";
+    *err = connected ? "connect" : "bind";
     close(fd);
     return NULL;
   }
@@ -155,6 +129,22 @@ qendpoint *ep_new_connected(qengine *eng, const struct sockaddr *remote, socklen
   }
   ep->locallen = sizeof ep->local;
   getsockname(fd, (struct sockaddr *)&ep->local, &ep->locallen);
+  return ep;
+}
+
+qendpoint *ep_new_listen(qengine *eng, const struct sockaddr *addr, socklen_t addrlen, int rcvbuf, int sndbuf,
+                         const char **err, int *errnum) {
+  qendpoint *ep = ep_open(eng, addr, addrlen, 0, rcvbuf, sndbuf, err, errnum);
+  if (ep == NULL) return NULL;
+  ep->listening = 1;
+  ep->accepting = 1;
+  return ep;
+}
+
+qendpoint *ep_new_connected(qengine *eng, const struct sockaddr *remote, socklen_t remotelen, int rcvbuf, int sndbuf,
+                            const char **err, int *errnum) {
+  qendpoint *ep = ep_open(eng, remote, remotelen, 1, rcvbuf, sndbuf, err, errnum);
+  if (ep == NULL) return NULL;
   memcpy(&ep->remote, remote, remotelen);
   ep->remotelen = remotelen;
   ep->connected = 1;

@@ -62,31 +62,28 @@ void engine_emit(qengine *eng, uint8_t type, uint32_t conn, int64_t stream, doub
     eng->ev = ev;
     eng->cap_ev = cap;
   }
-  qevent *e = &eng->ev[eng->nev++];
-  e->type = type;
-  e->conn = conn;
-  e->stream = stream;
-  e->a = a;
-  e->b = b;
-  e->extra = extra;
-  e->extralen = extralen;
+  eng->ev[eng->nev++] = (qevent){
+      .type = type, .conn = conn, .stream = stream, .a = a, .b = b, .extra = extra, .extralen = extralen};
   engine_kick(eng);
 }
 
+/* Puts a live connection once on a write list (listed: its mark, link: its next pointer there);
+   0 when it was already on it or is dead. */
+static int dirty_push(qconn **head, qconn *c, int *listed, qconn **link) {
+  if (*listed || c->state == CSTATE_DEAD) return 0;
+  *listed = 1;
+  *link = *head;
+  *head = c;
+  return 1;
+}
+
 void engine_mark_dirty(qengine *eng, qconn *c) {
-  if (c->dirty || c->state == CSTATE_DEAD) return;
-  c->dirty = 1;
-  c->next_dirty = eng->dirty_head;
-  eng->dirty_head = c;
-  engine_kick(eng);
+  if (dirty_push(&eng->dirty_head, c, &c->dirty, &c->next_dirty)) engine_kick(eng);
 }
 
 /* For a connection that used its packet budget: it writes again next turn, after others. */
 void engine_mark_dirty_next(qengine *eng, qconn *c) {
-  if (c->dirty_next || c->state == CSTATE_DEAD) return;
-  c->dirty_next = 1;
-  c->next_later = eng->next_dirty_head;
-  eng->next_dirty_head = c;
+  dirty_push(&eng->next_dirty_head, c, &c->dirty_next, &c->next_later);
 }
 
 /* ---- timer heap ---- */
@@ -243,6 +240,18 @@ static void on_timer(uv_timer_t *t) {
 
 /* ---- events to JavaScript ---- */
 
+static void set_num(napi_env env, napi_value o, const char *name, double d) {
+  napi_value x;
+  napi_create_double(env, d, &x);
+  napi_set_named_property(env, o, name, x);
+}
+
+static void set_bool(napi_env env, napi_value o, const char *name, int b) {
+  napi_value x;
+  napi_get_boolean(env, b, &x);
+  napi_set_named_property(env, o, name, x);
+}
+
 static napi_value extra_value(napi_env env, const qevent *e) {
   napi_value v = NULL, x;
   switch (e->type) {
@@ -263,10 +272,8 @@ static napi_value extra_value(napi_env env, const qevent *e) {
       napi_set_named_property(env, v, "alpn", list);
       napi_create_string_latin1(env, p->address, strlen(p->address), &x);
       napi_set_named_property(env, v, "address", x);
-      napi_create_uint32(env, p->port, &x);
-      napi_set_named_property(env, v, "port", x);
-      napi_get_boolean(env, p->validated, &x);
-      napi_set_named_property(env, v, "validated", x);
+      set_num(env, v, "port", p->port);
+      set_bool(env, v, "validated", p->validated);
       break;
     }
     case EV_CLOSED: {
@@ -275,14 +282,10 @@ static napi_value extra_value(napi_env env, const qevent *e) {
       void *data;
       napi_create_buffer_copy(env, c->reasonlen, c->reason, &data, &x);
       napi_set_named_property(env, v, "reason", x);
-      napi_get_boolean(env, c->app, &x);
-      napi_set_named_property(env, v, "app", x);
-      napi_get_boolean(env, c->established, &x);
-      napi_set_named_property(env, v, "established", x);
-      napi_create_int32(env, c->alert, &x);
-      napi_set_named_property(env, v, "alert", x);
-      napi_create_int32(env, c->liberr, &x);
-      napi_set_named_property(env, v, "liberr", x);
+      set_bool(env, v, "app", c->app);
+      set_bool(env, v, "established", c->established);
+      set_num(env, v, "alert", c->alert);
+      set_num(env, v, "liberr", c->liberr);
       break;
     }
     case EV_DATAGRAM: {

@@ -26,13 +26,7 @@ static size_t chunk_cap(const qchunk *k) {
 }
 
 void chain_init(qchain *ch, uint64_t off) {
-  ch->head = ch->tail = NULL;
-  ch->cur = NULL;
-  ch->cur_off = off;
-  ch->head_off = off;
-  ch->end = off;
-  ch->sent = off;
-  ch->acked = off;
+  *ch = (qchain){.head_off = off, .end = off, .sent = off, .acked = off, .cur_off = off};
 }
 
 static qchunk *chunk_new(size_t need, qengine *eng) {

@@ -24,37 +24,40 @@
    runs; docs/benchmarks.md). A peer that offers only AES-256-GCM or ChaCha20 still gets it. */
 static const char PRIORITY[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CCM:%SERVER_PRECEDENCE:%DISABLE_TLS13_COMPAT_MODE";
 
-qcred *cred_new_server(qengine *eng, const char *cert, size_t certlen, const char *key, size_t keylen,
-                       const char *ca, size_t calen, const char **err) {
+/* A credential with no material yet; NULL (err set) when out of memory. */
+static qcred *cred_alloc(const char **err) {
   qcred *cr = calloc(1, sizeof *cr);
-  if (cr == NULL) {
-    *err = "out of memory";
-    return NULL;
-  }
-  if (gnutls_certificate_allocate_credentials(&cr->cred) != 0) {
+  if (cr != NULL && gnutls_certificate_allocate_credentials(&cr->cred) != 0) {
     free(cr);
-    *err = "out of memory";
-    return NULL;
+    cr = NULL;
   }
+  if (cr == NULL) *err = "out of memory";
+  return cr;
+}
+
+/* Frees a credential that could not be built, with why for the caller; NULL to return. */
+static qcred *cred_discard(qcred *cr, const char *why, const char **err) {
+  gnutls_certificate_free_credentials(cr->cred);
+  free(cr);
+  *err = why;
+  return NULL;
+}
+
+/* A certificate chain and its private key (PEM); -1 when either does not load. */
+static int cred_set_key(qcred *cr, const char *cert, size_t certlen, const char *key, size_t keylen) {
   gnutls_datum_t c = {(unsigned char *)cert, (unsigned int)certlen};
   gnutls_datum_t k = {(unsigned char *)key, (unsigned int)keylen};
-  if (gnutls_certificate_set_x509_key_mem2(cr->cred, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0) < 0) {
-    gnutls_certificate_free_credentials(cr->cred);
-    free(cr);
-    *err = "the certificate chain or private key could not be loaded";
-    return NULL;
-  }
-  if (ca != NULL) {
-    gnutls_datum_t a = {(unsigned char *)ca, (unsigned int)calen};
-    if (gnutls_certificate_set_x509_trust_mem(cr->cred, &a, GNUTLS_X509_FMT_PEM) <= 0) {
-      gnutls_certificate_free_credentials(cr->cred);
-      free(cr);
-      *err = "the client CA bundle holds no usable certificate";
-      return NULL;
-    }
-    cr->verify = 1;
-  }
-  cr->server = 1;
+  return gnutls_certificate_set_x509_key_mem2(cr->cred, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0) < 0 ? -1 : 0;
+}
+
+/* A trust bundle (PEM); -1 when it holds no usable certificate. */
+static int cred_set_trust(qcred *cr, const char *ca, size_t calen) {
+  gnutls_datum_t a = {(unsigned char *)ca, (unsigned int)calen};
+  return gnutls_certificate_set_x509_trust_mem(cr->cred, &a, GNUTLS_X509_FMT_PEM) <= 0 ? -1 : 0;
+}
+
+/* A built credential gets its id; TypeScript holds its one reference. */
+static qcred *cred_register(qengine *eng, qcred *cr) {
   cr->refs = 1;
   cr->id = engine_new_id(eng);
   qmap_put_u64(&eng->creds, cr->id, cr);
@@ -62,45 +65,37 @@ qcred *cred_new_server(qengine *eng, const char *cert, size_t certlen, const cha
   return cr;
 }
 
+qcred *cred_new_server(qengine *eng, const char *cert, size_t certlen, const char *key, size_t keylen,
+                       const char *ca, size_t calen, const char **err) {
+  qcred *cr = cred_alloc(err);
+  if (cr == NULL) return NULL;
+  if (cred_set_key(cr, cert, certlen, key, keylen) != 0) {
+    return cred_discard(cr, "the certificate chain or private key could not be loaded", err);
+  }
+  if (ca != NULL) {
+    if (cred_set_trust(cr, ca, calen) != 0) {
+      return cred_discard(cr, "the client CA bundle holds no usable certificate", err);
+    }
+    cr->verify = 1;
+  }
+  cr->server = 1;
+  return cred_register(eng, cr);
+}
+
 qcred *cred_new_client(qengine *eng, const char *ca, size_t calen, int verify,
                        const char *cert, size_t certlen, const char *key, size_t keylen, const char **err) {
-  qcred *cr = calloc(1, sizeof *cr);
-  if (cr == NULL) {
-    *err = "out of memory";
-    return NULL;
-  }
-  if (gnutls_certificate_allocate_credentials(&cr->cred) != 0) {
-    free(cr);
-    *err = "out of memory";
-    return NULL;
-  }
-  if (verify && ca != NULL) {
-    gnutls_datum_t a = {(unsigned char *)ca, (unsigned int)calen};
-    if (gnutls_certificate_set_x509_trust_mem(cr->cred, &a, GNUTLS_X509_FMT_PEM) <= 0) {
-      gnutls_certificate_free_credentials(cr->cred);
-      free(cr);
-      *err = "the trust bundle holds no usable certificate";
-      return NULL;
-    }
+  qcred *cr = cred_alloc(err);
+  if (cr == NULL) return NULL;
+  if (verify && ca != NULL && cred_set_trust(cr, ca, calen) != 0) {
+    return cred_discard(cr, "the trust bundle holds no usable certificate", err);
   }
   /* verify without a bundle trusts nothing: every handshake fails verification (never a silent
      fallback to no verification). */
-  if (cert != NULL && key != NULL) {
-    gnutls_datum_t c = {(unsigned char *)cert, (unsigned int)certlen};
-    gnutls_datum_t k = {(unsigned char *)key, (unsigned int)keylen};
-    if (gnutls_certificate_set_x509_key_mem2(cr->cred, &c, &k, GNUTLS_X509_FMT_PEM, NULL, 0) < 0) {
-      gnutls_certificate_free_credentials(cr->cred);
-      free(cr);
-      *err = "the client certificate chain or private key could not be loaded";
-      return NULL;
-    }
+  if (cert != NULL && key != NULL && cred_set_key(cr, cert, certlen, key, keylen) != 0) {
+    return cred_discard(cr, "the client certificate chain or private key could not be loaded", err);
   }
   cr->verify = verify;
-  cr->refs = 1;
-  cr->id = engine_new_id(eng);
-  qmap_put_u64(&eng->creds, cr->id, cr);
-  eng->live_creds++;
-  return cr;
+  return cred_register(eng, cr);
 }
 
 void cred_unref(qengine *eng, qcred *cr) {
