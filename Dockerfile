@@ -23,7 +23,6 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 # Before npm ci: its install step builds the addon in lib/quic/native.
 COPY lib ./lib
-COPY gen ./gen
 COPY server ./server
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 
@@ -37,7 +36,6 @@ WORKDIR /app
 COPY --from=builder /app/package.json /app/package-lock.json ./
 COPY --from=builder /app/node_modules ./node_modules
 COPY --from=builder /app/lib ./lib
-COPY --from=builder /app/gen ./gen
 COPY --from=builder /app/server ./server
 # The Rust router's binary name: a chart that sets `command: /usr/local/bin/stargate-k8s-router`
 # runs this router with the same arguments.

@@ -4,7 +4,7 @@ import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'gen/**', '.tap/**', 'coverage/**'] },
+  { ignores: ['node_modules/**', 'lib/control-plane/gen/**', '.tap/**', 'coverage/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -7,7 +7,7 @@
  */
 import http2, { type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2'
 import { create, toBinary } from '@bufbuild/protobuf'
-import { InferenceServerRegistrationSchema, InferenceServerStatus } from '../../gen/stargate/stargate_pb.js'
+import { InferenceServerRegistrationSchema, InferenceServerStatus } from '../../lib/control-plane/gen/stargate/stargate_pb.js'
 import { frameMessage, REGISTER_INFERENCE_SERVER_PATH } from '../../lib/control-plane/grpc.ts'
 
 /** A registration as a Pylon sends it every heartbeat: one model with its stats. */

@@ -14,7 +14,7 @@
  */
 import type { ServerHttp2Stream } from 'node:http2'
 import { create, toBinary } from '@bufbuild/protobuf'
-import { WatchStargatesResponseSchema } from '../../gen/stargate/stargate_pb.js'
+import { WatchStargatesResponseSchema } from './gen/stargate/stargate_pb.js'
 import { endWithStatus, frameMessage, respondWithStatus } from './grpc.ts'
 import { GRPC_ERRORS, type GrpcErrorCode } from './errors.ts'
 import type { HostnameTemplate } from '../routing/hostname-template.ts'

@@ -12,7 +12,7 @@ import { promisify } from 'node:util'
 const run = promisify(execFile)
 const root = fileURLToPath(new URL('../../', import.meta.url))
 const bin = join(root, 'node_modules', '.bin')
-const committed = join(root, 'gen')
+const committed = join(root, 'lib', 'control-plane', 'gen')
 
 async function filesUnder (dir: string): Promise<Map<string, string>> {
   const files = new Map<string, string>()
@@ -27,11 +27,10 @@ async function filesUnder (dir: string): Promise<Map<string, string>> {
 t.test('the committed generated code is what buf generate produces from the .proto', async (t) => {
   const work = await mkdtemp(join(tmpdir(), 'stargate-buf-'))
   t.teardown(() => rm(work, { recursive: true, force: true }))
-  const proto = join('lib', 'control-plane', 'proto')
-  await cp(join(root, proto), join(work, proto), { recursive: true })
-  // buf.gen.yaml writes to the top-level gen/, so the copy's output lands in work/gen.
+  await cp(join(root, 'lib', 'control-plane', 'proto'), join(work, 'proto'), { recursive: true })
+  // buf.gen.yaml writes to ../gen, so the copy's output lands in work/gen.
   await run(join(bin, 'buf'), ['generate'], {
-    cwd: join(work, proto),
+    cwd: join(work, 'proto'),
     // protoc-gen-es and the node it runs on (Node 24) come from node_modules/.bin.
     env: { ...process.env, PATH: `${bin}${delimiter}${process.env.PATH ?? ''}`, BUF_CACHE_DIR: join(work, 'cache') },
     timeout: 60_000,
@@ -41,6 +40,6 @@ t.test('the committed generated code is what buf generate produces from the .pro
   t.ok(fresh.size > 0, 'buf generated files')
   t.strictSame([...current.keys()].sort(), [...fresh.keys()].sort(), 'the same files are generated (if not, the committed code is stale: run npm run generate)')
   for (const [path, content] of fresh) {
-    t.equal(current.get(path), content, `gen/${path} is current (if not: run npm run generate)`)
+    t.equal(current.get(path), content, `lib/control-plane/gen/${path} is current (if not: run npm run generate)`)
   }
 })

@@ -45,7 +45,7 @@ t.test('the runtime has the shared libraries, the app from the builder, the wrap
   for (const pkg of ['libngtcp2-9', 'libngtcp2-crypto-gnutls2', 'libgnutls30']) t.ok(install.split(/\s+/).includes(pkg), `installs ${pkg}`)
   t.notMatch(install, /-dev\b|g\+\+|\bmake\b/, 'no compiler or -dev package in the runtime')
   const fromBuilder = copies(runtime).filter((c) => c.from === 'builder').flatMap((c) => c.sources)
-  for (const path of ['/app/node_modules', '/app/lib', '/app/gen', '/app/server', '/app/package.json']) t.ok(fromBuilder.includes(path), `${path} comes from the builder`)
+  for (const path of ['/app/node_modules', '/app/lib', '/app/server', '/app/package.json']) t.ok(fromBuilder.includes(path), `${path} comes from the builder`)
   const wrapper = copies(runtime).find((c) => c.dest === '/usr/local/bin/stargate-k8s-router')
   t.strictSame(wrapper?.sources, ['server/stargate-k8s-router.sh'], '/usr/local/bin/stargate-k8s-router, the Rust router\'s binary name')
   const image = imageConfigOf(runtime)
