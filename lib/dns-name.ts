@@ -1,5 +1,5 @@
 /**
- * The DNS name rules Kubernetes applies to object names (issue 17: one copy, shared by the
+ * The DNS name rules Kubernetes applies to object names (one copy, shared by the
  * target and peer sources and the configuration). Kubernetes validates these itself, so a
  * name that fails here did not come from the API server (a hand-written file, a typo in a flag).
  */

@@ -1,5 +1,5 @@
 /**
- * The shape every area's error table shares (issue 17, as fastify's lib/errors.js): a code
+ * The shape every area's error table shares (as fastify's lib/errors.js): a code
  * keys an entry with what the user sees, what it means and what to do. The areas' tables live
  * next to the code that sends them (lib/http-forward/errors.ts, lib/control-plane/errors.ts,
  * lib/tunnel/errors.ts, …); lib/errors.ts indexes them, and scripts/docs.ts renders

@@ -1,5 +1,5 @@
 /**
- * The error catalogue (issue 17): every error a user or an operator can see, indexed from each
+ * The error catalogue: every error a user or an operator can see, indexed from each
  * area's table in the order docs/errors.md shows them. Each table lives with the code that sends
  * its errors; this module only lists them, for scripts/docs.ts (which renders docs/errors.md) and
  * for test/unit/errors-catalogue.test.ts (which fails on an undocumented, unused or stale code).

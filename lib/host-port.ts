@@ -1,5 +1,5 @@
 /**
- * The one rule for `host:port` text (issue 17): the port colon is the last colon after any
+ * The one rule for `host:port` text: the port colon is the last colon after any
  * `]`, so an IPv6 literal keeps its colons (`[::1]:443`, RFC 3986 §3.2.2). Callers that need
  * more (a listen address must have a port; a URI's port must be a number) check the parts.
  */

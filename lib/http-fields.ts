@@ -1,5 +1,5 @@
 /**
- * Field tables shared by the HTTP/1.1, HTTP/2 and HTTP/3 code (issue 17: one table each, so
+ * Field tables shared by the HTTP/1.1, HTTP/2 and HTTP/3 code (one table each, so
  * the forwarder, the WebTransport CONNECT relay and the HTTP/3 validator cannot drift apart).
  */
 

@@ -1,5 +1,5 @@
 /**
- * Rate limits for log lines that unauthenticated peers can cause at will (issue 14): rejected
+ * Rate limits for log lines that unauthenticated peers can cause at will: rejected
  * handshakes, protocol errors, close reasons of their choosing. Without a limit, a client
  * opening connections in a loop writes the router's log at line rate and drowns everything
  * else (and fills the node's disk). Each limited message, per reason, gets `burst` lines per

@@ -1,5 +1,5 @@
 /**
- * Secret redaction for log objects (SPEC §12, issue 14). pino's path-based redaction only
+ * Secret redaction for log objects (SPEC §12). pino's path-based redaction only
  * reaches fixed depths, so a header object logged one level deeper than foreseen (an error's
  * request, a debug dump) would print a bearer token or a cookie. This walks the object instead,
  * at any depth up to MAX_DEPTH, and replaces the value of every sensitive key, compared

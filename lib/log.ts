@@ -1,7 +1,7 @@
 /**
  * pino logger factory. JSON lines by default; pretty output only when asked.
  *
- * Two guards apply to every line (issue 14): secrets are redacted at any depth
+ * Two guards apply to every line: secrets are redacted at any depth
  * (lib/log-redact.ts), so a header object logged by mistake never leaks a token or a cookie;
  * and the lines an unauthenticated peer can cause at will are rate-limited per reason
  * (lib/log-rate-limit.ts), so a connection loop cannot flood the log.

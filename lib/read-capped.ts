@@ -9,7 +9,7 @@ import { open } from 'node:fs/promises'
 export type ReadFailure = 'missing' | 'unreadable' | 'too_large'
 
 /**
- * Opened non-blocking (issue 14): open(2) of a FIFO with no writer blocks, which would hang a
+ * Opened non-blocking: open(2) of a FIFO with no writer blocks, which would hang a
  * libuv thread, every later read, and shutdown (which waits for a read in progress); with
  * O_NONBLOCK it returns at once and the fstat below refuses anything but a regular file (FIFO,
  * socket, device). O_NONBLOCK changes nothing for regular files.

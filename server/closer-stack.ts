@@ -1,5 +1,5 @@
 /**
- * The router's lifecycle in one place (issue 17): each component, once started, pushes how to
+ * The router's lifecycle in one place: each component, once started, pushes how to
  * close it, and a failed start-up and the shutdown unwind the same stack, last started first —
  * the tunnels and listeners before the pools they forward to, the pools before discovery,
  * discovery before the TLS material everything was built on.

@@ -1,6 +1,6 @@
 /**
  * Process entry point: flags/env -> config -> startRouter, signals and exit codes, as the
- * Rust stargate-k8s-router has them (issue 13):
+ * Rust stargate-k8s-router has them:
  *
  *   2  usage error: unknown flag, a flag without its value, a value not of the flag's type,
  *      a missing required flag (clap's exit code)

@@ -1,5 +1,5 @@
 /**
- * Issue 3 benchmark: RegisterInferenceServer forwarding (lib/control-plane/registration-
+ * Benchmark: RegisterInferenceServer forwarding (lib/control-plane/registration-
  * forwarder.ts, upstream-pool.ts, lib/front-door/listener.ts), against the same Stargate
  * reached directly and through nginx `grpc_pass`, every one in its own process:
  *
@@ -17,14 +17,14 @@
  *     node:http2 client (_pylon.ts), paths interleaved run by run: round trips/s, and the CPU
  *     time of the proxy's process(es) (/proc utime + stime) per round trip. Two layouts: the
  *     50 streams on one connection (a client multiplexing its calls, as a grpc-js channel
- *     does; the layout the issue's target figures come from), and on 50 connections (50
+ *     does; the layout the targets apply to), and on 50 connections (50
  *     Pylons), where every message costs its own read and write on the client side.
  * (c) Scale: 5,000 streams (5,000 connections; BENCH_REG_STREAMS), each sending one message
  *     a second, spread evenly, for 30 s per path (paths one after the other): ack latency
  *     (p50, p99), CPU per message, and the proxy's RSS growth per stream (VmRSS with the
  *     streams open minus VmRSS before they connected), which includes each stream's upstream.
  *
- * Targets (issue 3): added median latency ≤ 20 µs; ≥ 1.2 × nginx round trips/s at ≤ 6 µs CPU
+ * Targets: added median latency ≤ 20 µs; ≥ 1.2 × nginx round trips/s at ≤ 6 µs CPU
  * per round trip; ≤ 150 KiB RSS per stream. The p99 of (a) is reported, not targeted.
  */
 import { setTimeout as sleep } from 'node:timers/promises'

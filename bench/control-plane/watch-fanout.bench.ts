@@ -1,5 +1,5 @@
 /**
- * Issue 2 benchmark: WatchStargates fan-out (lib/control-plane/watch-stargates.ts) to 2,000
+ * Benchmark: WatchStargates fan-out (lib/control-plane/watch-stargates.ts) to 2,000
  * concurrent watch streams on loopback, with the router in its own process and discovery
  * driven through the fake Kubernetes API server (test/fixtures/kube-apiserver.ts, in this
  * process; the router reads it through KUBECONFIG as it would a real one).
@@ -22,7 +22,7 @@
  *
  * Memory: the router's VmRSS before the watchers connect and with all 2,000 open.
  *
- * Target (issue 2): every watcher has the new set within 250 ms, p99 over changes.
+ * Target: every watcher has the new set within 250 ms, p99 over changes.
  */
 import http2, { type ClientHttp2Session, type ClientHttp2Stream } from 'node:http2'
 import { setTimeout as sleep } from 'node:timers/promises'

@@ -1,5 +1,5 @@
 /**
- * Issue 2 benchmark: the target snapshot of 10,000 endpoints in 100 EndpointSlices.
+ * Benchmark: the target snapshot of 10,000 endpoints in 100 EndpointSlices.
  *
  * Every case goes through the code the router runs: parseEndpointSlice -> SliceIndex ->
  * SnapshotStore.stage -> flush at the end of the tick (lib/discovery/slice-targets.ts,

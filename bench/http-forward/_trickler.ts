@@ -2,7 +2,7 @@
  * The attacker of bench/http-forward/slow-bodies.bench.ts, in its own process so its sockets and
  * timers do not share an event loop with the client being measured: keeps `count` HTTP/1.1
  * uploads open to the router, each a POST with `Content-Length: 100000` sending one byte every
- * `intervalMs` (the attack of issue 30: 2,100 of them, one byte every 2 s). An upload the router
+ * `intervalMs` (the trickle attack: 2,100 of them, one byte every 2 s). An upload the router
  * answers (408 after its first rate window, 503 when the pod is full) is replaced at once by a
  * new one, as an attacker would. Every second it prints {"open", "answered": {status: n}}.
  *

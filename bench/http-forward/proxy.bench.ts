@@ -1,5 +1,5 @@
 /**
- * Issue 7 benchmark: LLM client HTTP forwarding (lib/http-forward/) at saturation, next to
+ * Benchmark: LLM client HTTP forwarding (lib/http-forward/) at saturation, next to
  * the proxies one would otherwise deploy, every one in its own process:
  *
  *   wrk ──▶ upstream                                   direct (the ceiling)
@@ -23,7 +23,7 @@
  * processes), so each token's delay is measured, and the router's added delay per token is
  * its token's delay minus the direct token's of the same tick.
  *
- * Targets (issue 7): router ≤ 35 µs CPU per request and at least 2 × the requests/s of
+ * Targets: router ≤ 35 µs CPU per request and at least 2 × the requests/s of
  * @fastify/http-proxy; SSE added delay per token, median ≤ 1 ms.
  */
 import http from 'node:http'

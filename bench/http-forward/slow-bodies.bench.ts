@@ -1,12 +1,12 @@
 /**
- * Issue 30 benchmark: a legitimate LLM request to a pod while 2,000 clients trickle request
+ * Benchmark: a legitimate LLM request to a pod while 2,000 clients trickle request
  * bodies at the same pod through the same router, against the same request with no attack.
  *
  *   bench (the legitimate client) ──▶ router A ──┐
  *   _trickler.ts (2,000 uploads) ───▶ router A ──┼──▶ upstream (_upstream.ts): the pod
  *   bench (the legitimate client) ──▶ router B ──┘   (B: the same router, never attacked)
  *
- * The attack (issue 30): POST with `Content-Length: 100000`, one byte every 2 s, each upload
+ * The attack: POST with `Content-Length: 100000`, one byte every 2 s, each upload
  * replaced at once when the router answers it, so 2,000 stay open (BENCH_TRICKLERS), from
  * 127.0.99.1. Both routers run at their defaults: 1,024 connections and 1,024 queue places per
  * pod, a 64 KiB body buffer, 1 KiB/s over 60 s, 25 % per client. The legitimate client sends a
@@ -22,10 +22,10 @@
  * Phases: no attack (20 s), then the attack on A for 75 s (BENCH_SLOW_BODIES_LOADED_MS: past the
  * end of the tricklers' first rate window, so the wave of 2,000 408s and reconnects is inside
  * it). Then, for contrast, the same attack against a router with the body buffer and the
- * per-client share off (a request takes its pod connection at its head, as before issue 30):
+ * per-client share off (a request takes its pod connection at its head):
  * how many of 20 legitimate requests are answered within 5 s.
  *
- * Target (issue 30): under the attack, A's p99 ≤ 2 × B's p99 in the same instants.
+ * Target: under the attack, A's p99 ≤ 2 × B's p99 in the same instants.
  */
 import http from 'node:http'
 import { readFileSync } from 'node:fs'

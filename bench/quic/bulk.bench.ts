@@ -1,5 +1,5 @@
 /**
- * Issue 5 benchmark: bulk transfer on one QUIC stream at 1350-byte packets, the Stargate
+ * Benchmark: bulk transfer on one QUIC stream at 1350-byte packets, the Stargate
  * side sending 256 MiB to the Pylon side (a download, as ngtcp2's HTTP/3 GET below):
  *
  *   direct        engine ↔ engine (lib/quic, the ngtcp2 addon; bench/quic/_peer.ts, two processes)
@@ -15,8 +15,9 @@
  * Then 4 GiB through the relay in one transfer, sampling the router's RSS once a second:
  * it must stay flat (no per-byte growth).
  *
- * Targets (issue 5): ≥ 60 MiB/s through the relay and relay ≥ 0.5 × direct; issue 15's stretch
- * target: the relay ≥ 0.35 × the ngtcp2 reference (its ratio against the relay is in the table). BENCH_QUIC_MIB changes the transfer size (for a smoke run).
+ * Targets: ≥ 60 MiB/s through the relay and relay ≥ 0.5 × direct; a stretch target: the relay
+ * ≥ 0.35 × the ngtcp2 reference (its ratio against the relay is in the table). BENCH_QUIC_MIB
+ * changes the transfer size (for a smoke run).
  */
 import { performance } from 'node:perf_hooks'
 import { measureEach, Report, summarize, type Stats } from '../_util.ts'

@@ -1,5 +1,5 @@
 /**
- * Issue 15 benchmark: the router's raw QUIC tunnels on the ngtcp2 engine, judged against the
+ * Benchmark: the router's raw QUIC tunnels on the ngtcp2 engine, judged against the
  * stack of the real Pylon and Stargate (quinn 0.11 + rustls 0.23, no ALPN, quinn's transport
  * defaults: path-MTU discovery takes its packets from 1200 to 1452 bytes; test/fixtures/quinn-peer)
  * measured side by side in the same run:
@@ -96,8 +96,8 @@ const measured = await measureEach({
   routerBulk: () => bulk(relayed, true),
   directHandshakes: async () => (await quinnHandshakes(peer, direct, 500, 16)).per_second,
   routerHandshakes: async () => (await quinnHandshakes(peer, relayed, 500, 16)).per_second,
-  // Direct runs on this host swing between two rates from round to round (~570 and ~760 MiB/s in
-  // session 6): nine rounds give a median that five did not (spread 23 % after five).
+  // Direct runs on this host swing between two rates from round to round (~570 and ~760 MiB/s):
+  // nine rounds give a median that five do not (spread 23 % after five).
 }, { samplesPerRound: 1, minRounds: 3, maxRounds: 9, maxSpread: 0.1, warmupMs: 0, maxTimeMs: 240_000 })
 
 function must (stats: Stats | undefined): Stats {
@@ -141,7 +141,7 @@ report.info('quinnServerCpuSecondsPerGiB', Number(med(serverCpuPerGiB).toFixed(3
 report.info('engineSocketCallsPerMiB', Number(med(syscallsPerMiB).toFixed(1)))
 report.info('addonShareOfRouterCpu', Number(med(addonShare).toFixed(3)))
 
-// The flood: a router of its own with the default limits (10,000 slots, Retry past 1,000
+// The flood: a router of its own with the default limits (10,000 slots, Retry past 500
 // half-open handshakes, 64 per address).
 const floodRouter = await startQuinnRouter(tls, server.port)
 const template = templateOf(await captureInitial({ teardown: () => {} }, SNI))

@@ -1,5 +1,5 @@
 /**
- * Issue 15 baselines: quinn ↔ quinn direct, the stack of the real Pylon and Stargate
+ * Baselines: quinn ↔ quinn direct, the stack of the real Pylon and Stargate
  * (test/fixtures/quinn-peer, quinn 0.11 + rustls 0.23, no ALPN, quinn's packet sizes), each peer
  * its own process on loopback. The router's raw QUIC figures are judged against these, as
  * ratios measured in the same run (bench/quic/_quinn.ts points the same clients at the

@@ -1,5 +1,5 @@
 /**
- * Issue 15 benchmark: 1,000 concurrent raw QUIC tunnels (BENCH_QUIC_TUNNELS), each one 4 KiB
+ * Benchmark: 1,000 concurrent raw QUIC tunnels (BENCH_QUIC_TUNNELS), each one 4 KiB
  * request per second (echoed; a new stream per request) for BENCH_QUIC_SECONDS (10), staggered
  * over the second, with the stack of the real Pylon and Stargate at both ends (quinn 0.11 +
  * rustls 0.23, no ALPN, quinn's packet sizes; test/fixtures/quinn-peer `bench-tunnels` against

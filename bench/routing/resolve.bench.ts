@@ -1,5 +1,5 @@
 /**
- * Issue 2 benchmark: route lookup, :authority -> target, on a snapshot of 1,000 targets
+ * Benchmark: route lookup, :authority -> target, on a snapshot of 1,000 targets
  * (lib/routing/resolve.ts resolveAuthority with the default hostname template).
  *
  * Hosts are `stargate-<i>.stargate.external:50071` for every target, shuffled, plus misses:

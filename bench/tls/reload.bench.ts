@@ -1,5 +1,5 @@
 /**
- * Issue 4 benchmark: TLS material hot reload (lib/tls/) as a client sees it on the front
+ * Benchmark: TLS material hot reload (lib/tls/) as a client sees it on the front
  * door. The router runs in its own process with --front-door-tls --tls-cert-path/--tls-key-path on a
  * projected volume (test/fixtures/projected-volume.ts writes it the way kubelet's atomic
  * writer does: a new generation directory, then a rename of `..data`), with the default
@@ -20,7 +20,7 @@
  * handshake, quiet and stormy, which on this shared machine is steadier than the rate; the
  * difference, times the storm's handshakes, over the swaps, is what a reload costs.
  *
- * Targets (issue 4): reload latency median ≤ 300 ms; handshake rate during the storm within
+ * Targets: reload latency median ≤ 300 ms; handshake rate during the storm within
  * 10 % of the quiet rate, with no failed handshakes.
  */
 import tls from 'node:tls'

@@ -1,5 +1,5 @@
 /**
- * WebTransport over HTTP/3 through the router (lib/tunnel/webtransport-h3-*.ts, issue 16),
+ * WebTransport over HTTP/3 through the router (lib/tunnel/webtransport-h3-*.ts),
  * against the engine's own client talking to the pod directly, measured in one run:
  *
  * 1. 64 MiB over one bidirectional stream: direct vs through the router (target: at least half

@@ -1,5 +1,5 @@
 /**
- * The WebTransport relay (lib/tunnel/webtransport-*.ts, issue 6), against a Pylon talking to
+ * The WebTransport relay (lib/tunnel/webtransport-*.ts), against a Pylon talking to
  * the Stargate pod directly, measured in one run:
  *
  * 1. 64 MiB over one bidirectional stream: direct vs through the router (target: the relay

@@ -88,10 +88,10 @@ export interface Config {
   readonly podName: string | null
   readonly logLevel: string
   readonly logFormat: 'json' | 'pretty'
-  // Tunnel port defences (issue 15)
+  // Tunnel port defences
   readonly quicRetryThreshold: number
   readonly quicMaxHandshakesPerAddress: number
-  // Limits and timeouts (issue 14)
+  // Limits and timeouts
   readonly httpUpstreamMaxConnections: number
   readonly httpUpstreamMaxQueue: number
   readonly trustedProxyCidrs: readonly string[]
@@ -328,8 +328,8 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     if (!parsedCidr.ok) throw new ConfigError('invalid', 'trusted-proxy-cidrs', `invalid --trusted-proxy-cidrs: ${parsedCidr.message}`)
   }
 
-  // Issue 14: --upstream-tls used to fall back silently to the system CA store, trusting any
-  // public certificate for a pod address; that is now asked for explicitly.
+  // No silent fallback to the system CA store, which would trust any public certificate for a
+  // pod address: that trust is asked for explicitly.
   const upstreamTlsSystemCa = bool('upstream-tls-system-ca')
   if (bool('upstream-tls') && !upstreamTlsSystemCa && emptyToNull(str('upstream-tls-cert-path')) === null && tlsCertPath === null) {
     throw new ConfigError('invalid', 'upstream-tls', 'invalid --upstream-tls: no trust bundle for Stargate certificates; set --upstream-tls-cert-path (or --tls-cert-path, whose certificate is then trusted), or --upstream-tls-system-ca to trust the system CA store')
@@ -350,7 +350,7 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     advertisedHostnameTemplate: template,
     advertisedGrpcPort: defaultedInt('advertised-grpc-port', 1, 65535),
     grpcPylonDialAddr,
-    // Sorted and deduplicated once here, as the Rust router sends them (issue 13).
+    // Sorted and deduplicated once here, as the Rust router sends them.
     remoteStargateUrls: [...new Set(remoteStargateUrls)].sort(),
     allowInsecureRemoteWatchHttp,
     watchHeartbeatMs: defaultedInt('watch-heartbeat-ms', 1, MAX_MS),
@@ -397,10 +397,10 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     podName,
     logLevel: defaultedStr('log-level'),
     logFormat: str('log-format') as Config['logFormat'],
-    // Tunnel port defences (issue 15)
+    // Tunnel port defences
     quicRetryThreshold: defaultedInt('quic-retry-threshold', 1, 1_000_000),
     quicMaxHandshakesPerAddress: defaultedInt('quic-max-handshakes-per-address', 1, 1_000_000),
-    // Limits and timeouts (issue 14)
+    // Limits and timeouts
     httpUpstreamMaxConnections: defaultedInt('http-upstream-max-connections', 1, 100_000),
     httpUpstreamMaxQueue: defaultedInt('http-upstream-max-queue', 0, 1_000_000),
     trustedProxyCidrs,

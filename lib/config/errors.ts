@@ -1,5 +1,5 @@
 /**
- * How start-up fails (issue 13, as the Rust stargate-k8s-router): one line on stderr,
+ * How start-up fails (as the Rust stargate-k8s-router): one line on stderr,
  * `stargate-router: ` + what was wrong and the fix, and an exit code. One entry per kind of
  * failure; the message of a configuration error names its flag and value, so those are written
  * where the flag is checked (lib/config/config.ts) and this table gives their kind's exit code.

@@ -115,7 +115,7 @@ export const FLAGS: readonly FlagSpec[] = [
   bool('quic-retry', false, 'validate client addresses with a stateless QUIC Retry before accepting a tunnel (costs one round trip)'),
   int('quic-max-connections', 10000, 'most concurrent QUIC connections (handshaking or relaying) on the tunnel port'),
 
-  // Tunnel port defences (issue 15)
+  // Tunnel port defences
   int('quic-retry-threshold', 500, 'half-open QUIC handshakes on the tunnel port above which every new client must first answer a stateless Retry'),
   int('quic-max-handshakes-per-address', 64, 'half-open QUIC handshakes one source address may hold before its new clients must answer a stateless Retry'),
 
@@ -155,7 +155,7 @@ export const FLAGS: readonly FlagSpec[] = [
   int('rebalance-interval-ms', 5000, 'how often a replica compares its Pylon load with its peers\'; a replica outside the band for two intervals in a row starts moves'),
   int('rebalance-max-moves-per-interval', 0, 'most connections of each kind a replica moves in one interval; 0 is a tenth of its connections of that kind, rounded up'),
 
-  // Limits and timeouts (issue 14)
+  // Limits and timeouts
   int('http-upstream-max-connections', 1024, 'most connections to one Stargate pod for LLM client requests'),
   int('http-upstream-max-queue', 1024, 'most LLM client requests waiting for a connection to one pod; beyond it 503 upstream_busy'),
   int('front-door-max-connections', 10000, 'most open TCP connections on the front door; more are closed at accept (see docs/configuration.md, memory bound)'),
@@ -172,7 +172,7 @@ export const FLAGS: readonly FlagSpec[] = [
   int('http-body-deadline-ms', 900000, 'most time from an LLM client request head to the end of its body (408 body_deadline_exceeded); 0 disables'),
   int('http-upstream-max-client-share-percent', 25, 'percent of --http-upstream-max-connections one client address may hold or wait for at one pod (429 client_over_share); behind a proxy in --trusted-proxy-cidrs the client is the one x-forwarded-for names; 0 disables'),
 
-  // WebTransport sessions (issue 16)
+  // WebTransport sessions
   int('webtransport-max-sessions-per-connection', 1, 'WebTransport sessions one Pylon connection may hold at once over HTTP/2 (429 above it; each has its own upstream connection); over HTTP/3 a connection carries one session, as the Rust router (a further request is reset with H3_REQUEST_REJECTED)'),
   int('webtransport-max-sessions', 10000, 'WebTransport sessions (waiting for the pod or bridged) the router holds at once (503 above it)'),
 

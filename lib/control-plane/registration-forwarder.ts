@@ -11,7 +11,7 @@
  * so a stream costs no closures. Errors reach the Pylon as gRPC statuses; a lost upstream is
  * UNAVAILABLE (never INTERNAL) so that the Pylon re-registers.
  *
- * Every write of the pod's headers and trailers to the Pylon is guarded (issue 14): Node
+ * Every write of the pod's headers and trailers to the Pylon is guarded: Node
  * validates them again when they are re-sent (e.g. ERR_HTTP2_HEADER_SINGLE_VALUE for two
  * content-type fields, which nghttp2 lets through), and a throw inside these event handlers
  * would end the process and every Pylon's stream with it. Such a response ends that one stream

@@ -54,7 +54,7 @@ export class UpstreamConnectError extends Error {
 
 /**
  * Called once per openStream with the caller's own context: the caller passes a module-level
- * function and its per-stream state, so no closure is made per registration stream (issue 17).
+ * function and its per-stream state, so no closure is made per registration stream.
  */
 export type OpenStreamCallback<C> = (context: C, err: UpstreamConnectError | null, stream: ClientHttp2Stream | null) => void
 

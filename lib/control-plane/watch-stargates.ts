@@ -237,7 +237,7 @@ export function encodeStargates (
 ): Buffer {
   const port = `:${options.advertisedGrpcPort}`
   // http_advertise_addr stays empty, as the Rust router sends it: LLM clients reach pods by
-  // Host through the front door, not at an address of their own (issue 13).
+  // Host through the front door, not at an address of their own.
   const stargates = snapshot.targets.map((target) => ({
     stargateId: target.identity,
     advertiseAddr: options.template.render(target.identity) + port,

@@ -61,7 +61,7 @@ function findPort (ports: readonly unknown[], name: string, protocol: 'TCP' | 'U
 /**
  * Rule 1: targetRef.name when the ref is a Pod (a ref without a kind counts as one, as in the
  * Rust router), else none: the endpoint is skipped and counted `no_identity`. The upstream
- * router dropped its `hostname` fallback (issue 13): a hostname is the DNS label a StatefulSet
+ * router dropped its `hostname` fallback: a hostname is the DNS label a StatefulSet
  * sets, not necessarily the Pod name, and guessing would advertise a name nothing routes.
  */
 export function identityOf (endpoint: Json): string | null {

@@ -3,7 +3,7 @@
  * then KUBECONFIG, then ~/.kube/config) and says clearly when there is none, instead of the
  * client library's silent fallback to http://localhost:8080.
  *
- * A malformed file is reported by name, line and column only (issue 14): the YAML parser's own
+ * A malformed file is reported by name, line and column only: the YAML parser's own
  * message quotes the lines around the error, and a kubeconfig's lines hold tokens and keys.
  */
 import { existsSync } from 'node:fs'

@@ -1,5 +1,5 @@
 /**
- * One watched YAML-list source (SPEC §3 rule 8, issue 17): the targets file and the peers file
+ * One watched YAML-list source (SPEC §3 rule 8): the targets file and the peers file
  * are both a YAML or JSON list (bare, or under one key) of entries, read capped at 1 MiB and
  * followed through atomic renames and ConfigMap `..data` swaps (WatchedFile). The rules they
  * share live here once:

@@ -1,5 +1,5 @@
 /**
- * The front door's connection timeouts (SPEC §6, §12; issue 14), enforced by one coarse tick.
+ * The front door's connection timeouts (SPEC §6, §12), enforced by one coarse tick.
  *
  * Node arms an http.Server's header and request timers when the server starts listening; the
  * front door's inner servers never listen (they are fed sockets by emit('connection')), so

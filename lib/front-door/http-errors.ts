@@ -1,5 +1,5 @@
 /**
- * The front door's HTTP error answers (issue 17, "one error handler"): every status, code and
+ * The front door's HTTP error answers ("one error handler"): every status, code and
  * body comes from HTTP_ERRORS (lib/http-forward/errors.ts), whichever layer refuses the request.
  *
  *   connection layer (listener.ts)  an oversized HTTP/2 header list: headersTooLargeAnswers;

@@ -14,7 +14,7 @@
  * connection). The HTTP/2 server and the per-stream checks (rapid reset, header list size)
  * are the router's one HTTP/2 admission (lib/http2-admission.ts).
  *
- * Limits (SPEC §12, issue 14): a cap on open connections (closed at accept beyond it), a TLS
+ * Limits (SPEC §12): a cap on open connections (closed at accept beyond it), a TLS
  * handshake timeout, and the header, keep-alive and HTTP/2 idle timeouts of
  * connection-deadlines.ts, which the inner servers cannot arm themselves. An accept error
  * (EMFILE) is logged and counted; the listener keeps serving. close() ends within its deadline

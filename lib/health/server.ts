@@ -2,7 +2,7 @@
  * The health listener (SPEC §9): /livez, /readyz, /metrics, /debug/snapshot, and the debug
  * routes features add (/debug/peers, /debug/load). Plain HTTP.
  *
- * Limits (SPEC §12, issue 14): it is scraped and probed by a few clients, so a slow or hostile
+ * Limits (SPEC §12): it is scraped and probed by a few clients, so a slow or hostile
  * one gets short header, request and idle timeouts, and its connections are capped; at the cap
  * a new connection (a probe) is taken and the oldest idle one closed (connection-cap.ts). An
  * accept error (EMFILE) is logged and counted, never thrown.

@@ -62,7 +62,7 @@ export const HTTP_ERRORS = {
     meaning: 'the HTTP/1.1 request could not be parsed, an HTTP/1.0 request carries Transfer-Encoding (faulty framing, RFC 9112 §6.1; the connection closes and nothing sent after it is read), or its request target or a header cannot be sent upstream as given (e.g. `OPTIONS *`). Nothing refused is forwarded: bytes the parser refuses while a request of the connection is in flight get no 400; that request is answered and the connection closes (or it is cut, when they break into its body)',
     action: 'fix the client\'s request; the router forwards origin-form and absolute-form targets only',
   },
-  // Limits and hostile peers (issue 14)
+  // Limits and hostile peers
   upstream_busy: {
     status: 503,
     message: 'the stargate has too many requests queued; retry later',
@@ -106,7 +106,7 @@ export const HTTP_ERRORS = {
     meaning: 'the client address already holds or waits for --http-upstream-max-client-share-percent of the chosen pod\'s connections (behind a proxy listed in --trusted-proxy-cidrs, the address x-forwarded-for gives)',
     action: 'retry with backoff, or spread the load over more stargates; behind a Gateway, list it in --trusted-proxy-cidrs, else all its clients count as one',
   },
-  // The front door on Fastify (issue 17)
+  // The front door on Fastify
   internal_error: {
     status: 500,
     message: 'the router failed to handle the request',

@@ -25,10 +25,10 @@
  *
  * A failure before any byte of the request was written to the pod (connect refused or timed
  * out, unreachable: undici had not called onConnect yet) is retried once on another pod;
- * nothing that may have reached a pod is retried, so a DELETE never runs twice (issue 14).
+ * nothing that may have reached a pod is retried, so a DELETE never runs twice.
  * Errors are JSON with x-stargate-error-code.
  *
- * Limits (issue 14): at most --http-upstream-max-connections connections per pod, and at most
+ * Limits: at most --http-upstream-max-connections connections per pod, and at most
  * --http-upstream-max-queue requests waiting for one; beyond that 503 upstream_busy. A pod's
  * response the router cannot re-encode (e.g. two content-type fields for an HTTP/2 client) is a
  * 502 upstream_invalid_response for that request, never an exception. `Expect: 100-continue`

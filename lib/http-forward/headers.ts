@@ -4,7 +4,7 @@
  * gets x-forwarded-for/-proto/-host and x-request-id. Works on flat raw header lists
  * ([name, value, name, value, ...]) so duplicates and order survive.
  *
- * Forwarding fields (issue 14): from a peer outside --trusted-proxy-cidrs, a client's own
+ * Forwarding fields: from a peer outside --trusted-proxy-cidrs, a client's own
  * x-forwarded-*, forwarded and x-real-ip are dropped and x-forwarded-* are the router's; from a
  * trusted proxy, x-forwarded-for is appended to and the rest pass as the proxy set them.
  * `expect` is answered by the router itself (100 Continue), so it is not forwarded.

@@ -13,13 +13,13 @@
  * trickling uploads made costly in two ways.
  * - A request waiting in Pool's queue cannot be withdrawn. When its client has gone, undici
  *   still dispatches it, opens a connection for it if none is free, and only then, in
- *   onConnect, lets the handler abort it (undici issue 386); dead requests also stay queued
+ *   onConnect, lets the handler abort it (nodejs/undici#386); dead requests also stay queued
  *   (memory) until a connection frees. Here a request that ends while waiting leaves the
  *   queue and never reaches undici.
  * - Aborting a running request through undici's abort callback destroys its socket with an
  *   informational error (UND_ERR_INFO), on which the Client puts the aborted request back as
  *   pending and opens a fresh connection for it that no request then uses, idle for the
- *   keep-alive timeout (undici issue 5845: +1,022 idle pod connections after the attack).
+ *   keep-alive timeout (nodejs/undici#5845: +1,022 idle pod connections after the attack).
  *   Here a running request is aborted by destroying its socket with an ordinary error, which
  *   undici reports as that request's failure, and nothing is reconnected.
  * A request whose client leaves while its connection is being opened cannot be taken back

@@ -1,5 +1,5 @@
 /**
- * Which host a request names, and the path to send upstream (issue 14). A request that names
+ * Which host a request names, and the path to send upstream. A request that names
  * two different hosts is refused (400 host_mismatch) rather than routed by one and seen by the
  * pod as the other, which is how requests are smuggled past host-based routing:
  *

@@ -1,5 +1,5 @@
 /**
- * Which peers may speak for the client (issue 14, `--trusted-proxy-cidrs`). A client-supplied
+ * Which peers may speak for the client (`--trusted-proxy-cidrs`). A client-supplied
  * `x-forwarded-for`, `forwarded` or `x-real-ip` is only believed when the TCP peer is a proxy
  * the operator named (a Gateway or load balancer in front of the router); from anyone else those
  * fields are replaced, or a client could make a pod log, rate-limit or authorise by an address

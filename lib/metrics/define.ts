@@ -1,5 +1,5 @@
 /**
- * The one way a router metric is registered (issue 17). Every family gets the Rust router's
+ * The one way a router metric is registered. Every family gets the Rust router's
  * name prefix and the registry passed in, and declares each label with the values known up
  * front: those series exist from the start at 0, so dashboards and alerts see them before
  * the first event. A label listed with no values (e.g. a rejection reason, a gauge that is

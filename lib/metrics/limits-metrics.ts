@@ -1,5 +1,5 @@
 /**
- * Metrics of the listeners' limits and timeouts (issue 14): connections refused at a cap or by
+ * Metrics of the listeners' limits and timeouts: connections refused at a cap or by
  * an accept error, health connections closed to make room at its cap, connections closed by a
  * timeout, and what is open now. Labels are bounded tables below; every series exists from the
  * start at 0.

@@ -29,7 +29,7 @@ export interface RouterMetrics extends TlsMetrics, PeerMetrics, RebalanceMetrics
   readonly registry: Registry
   readonly webtransport: WebTransportMetrics
   readonly quic: RawQuicMetrics
-  /** Listener caps and timeouts (issue 14). */
+  /** Listener caps and timeouts. */
   readonly limits: LimitMetrics
   /** Connections drained, streams refused while draining, connections open by kind (SPEC §11). */
   readonly drain: DrainMetrics

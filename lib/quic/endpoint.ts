@@ -117,7 +117,7 @@ export class QuicProposal {
 
 /**
  * What an endpoint needs of the engine that owns it (QuicEngine implements it). Declared here
- * so that endpoint.ts does not import engine.ts, which creates endpoints (issue 17: no cycle).
+ * so that endpoint.ts does not import engine.ts, which creates endpoints (no cycle).
  */
 export interface EndpointEngine {
   readonly native: NativeQuic

@@ -1,5 +1,5 @@
 /**
- * Why a QUIC handshake failed, as one of a few bounded reasons (issue 15: a refused handshake is
+ * Why a QUIC handshake failed, as one of a few bounded reasons (a refused handshake is
  * counted by reason and logged, never silent). Pure: it reads the engine's close info.
  *
  * TLS alerts (RFC 8446 §6.2) arrive two ways: one we sent (kind 'error', alert set) or one the

@@ -136,7 +136,7 @@ export interface NativeConnStats {
 export const ENDPOINT_DROP_REASONS = ['malformed', 'unknown_connection', 'connection_limit', 'invalid_token', 'pending_limit', 'closing'] as const
 export type EndpointDropReason = typeof ENDPOINT_DROP_REASONS[number]
 
-/** Packets an endpoint answers without connection state (quic.h Q_STATELESS_PACKETS, issue 15, SPEC §12). */
+/** Packets an endpoint answers without connection state (quic.h Q_STATELESS_PACKETS, SPEC §12). */
 export const STATELESS_PACKET_TYPES = ['retry', 'stateless_reset', 'version_negotiation'] as const
 export type StatelessPacketType = typeof STATELESS_PACKET_TYPES[number]
 

@@ -20,7 +20,7 @@ export type CompileResult =
   | { readonly ok: false, readonly message: string }
 
 /**
- * Whether a pod name can be routed at all (issue 14, SPEC §1 and §4): match() takes the
+ * Whether a pod name can be routed at all (SPEC §1 and §4): match() takes the
  * identity from exactly one DNS label of the host, so a pod name with a dot (legal for a
  * Deployment's pods: they are DNS subdomains) or longer than a label's 63 characters renders a
  * host that never matches back. Such a pod is not a target, so it is never advertised: an

@@ -14,7 +14,7 @@
  * vanished (ENOENT: the generation was deleted under us), start again, a bounded number of times.
  * Plain files (no `..data` beside them) are read as they are.
  *
- * Only regular files inside the mount are read (issue 14): each file is lstat'ed, a symlink is
+ * Only regular files inside the mount are read: each file is lstat'ed, a symlink is
  * followed only when its target stays inside the mount directory, `..data` must name an entry
  * of the directory, and FIFOs, sockets and devices are refused without blocking on them (see
  * readCapped), so a hostile or broken volume cannot hang a reload or shutdown, or make the

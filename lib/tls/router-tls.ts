@@ -38,7 +38,7 @@ export interface RouterTls {
  * identity a self-signed one is generated for the template's hosts (and logged). The front
  * door uses TLS only when --front-door-tls asks for it (with the configured identity, which
  * config validation requires); otherwise it is h2c + HTTP/1.1, as in the Rust router, whose
- * --tls-cert-path/--tls-key-path are the tunnels' identity only (issue 13).
+ * --tls-cert-path/--tls-key-path are the tunnels' identity only.
  */
 export async function startRouterTls (config: Config, selfSignedHost: string, metrics: RouterMetrics, logger: Logger): Promise<RouterTls> {
   const trustPath = config.upstreamTlsCertPath

@@ -5,7 +5,7 @@
  * missing_sni, unknown_sni, target_unavailable, upstream_connect_error, upstream_rejected)
  * or, for a bridged session, how it ended (completed, relay_error, trust_replaced). A session
  * whose SNI routing succeeded also counts `accepted`, before the upstream session is opened,
- * as the Rust router counts it (issue 13), so accepted = upstream_connect_error +
+ * as the Rust router counts it, so accepted = upstream_connect_error +
  * upstream_rejected + completed + relay_error + trust_replaced + sessions still in progress.
  *
  * createWebTransportMetrics is idempotent per registry: the composition root and the relay
@@ -21,7 +21,7 @@ export const WEBTRANSPORT_OUTCOMES = [
 export type WebTransportOutcome = typeof WEBTRANSPORT_OUTCOMES[number]
 
 /**
- * Session requests refused by a session cap (issue 16, from review of issue 14): outside the
+ * Session requests refused by a session cap: outside the
  * Rust router's outcome names, so counted on their own.
  */
 const SESSION_REFUSALS = ['connection_limit', 'total_limit'] as const

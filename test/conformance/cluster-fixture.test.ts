@@ -1,4 +1,4 @@
-// Issue 8: the simulated cluster (test/fixtures/cluster) must behave like a real one, or the
+// The simulated cluster (test/fixtures/cluster) must behave like a real one, or the
 // conformance matrix proves nothing. These tests hold it to what the Deployment, StatefulSet and
 // EndpointSlice controllers do (names, hostnames, IPs, slice sizes, conditions, churn), reading
 // the slices back from the fake API server the router watches. No router here.
@@ -136,7 +136,7 @@ t.test('a terminating pod is serving but not ready until it is gone; a failed pr
   t.equal(cluster.pod(victim), undefined)
 })
 
-// Issue 31: upstream points the router at its headless publishNotReadyAddresses Service. The
+// Upstream points the router at its headless publishNotReadyAddresses Service. The
 // simulated controller must then write what kubernetes podToEndpoint writes: ready whatever the
 // pod's readiness (terminating included), serving = the pod's Ready condition.
 t.test('behind a publishNotReadyAddresses Service every endpoint is ready; serving and terminating tell warming, failing and leaving pods apart', async (t) => {

@@ -1,4 +1,4 @@
-// Issue 8: discovery and transport are proven separately, so a failure names its layer. The
+// Discovery and transport are proven separately, so a failure names its layer. The
 // first test proves discovery alone (its own cluster and router, plaintext): the advertised set
 // is exactly the ready pods. The second runs after it and independently (its own cluster,
 // subnet, certificates and router): it first re-checks discovery through the plaintext health

@@ -1,4 +1,4 @@
-// Issue 8, SPEC §1 and §3 rule 1: why the router does not discover Stargates through DNS. The
+// SPEC §1 and §3 rule 1: why the router does not discover Stargates through DNS. The
 // Rust router forwarded WatchStargates to a Stargate, which listed the SRV targets of the
 // headless Service next to its own pod name. For a StatefulSet pod both are `stargate-0`. For a
 // Deployment pod CoreDNS answers the dashed IP (`10-1-2-3`, the pod has no hostname), so one pod

@@ -1,5 +1,5 @@
 /**
- * The rows of the workload conformance matrix (issue 8, SPEC §3) and how one row runs: a
+ * The rows of the workload conformance matrix (SPEC §3) and how one row runs: a
  * simulated cluster of one workload kind behind one flavour of Service, the real router
  * in-process watching it, a reconciling Pylon, and the steps below, each checked in every phase
  * and once more when it settled (matrix.ts lists the checks). The workload-matrix*.test.ts files
@@ -7,7 +7,7 @@
  * machine.
  *
  * Flavours: a readiness-respecting Service, and a publishNotReadyAddresses one as upstream's
- * chart points the router at (its headless Service `llm-request-router-headless`, issue 31).
+ * chart points the router at (its headless Service `llm-request-router-headless`).
  * Behind the latter a created pod is a target from the start (warming: advertised, registrable,
  * tunnelled, but no LLM HTTP until it is Ready), so every step's "created (not ready)" phase
  * is a warm-up, and a rollout and a scale-down run through it.

@@ -1,8 +1,8 @@
 /**
- * The checks of the workload conformance matrix (issue 8, SPEC §3), run by the
+ * The checks of the workload conformance matrix (SPEC §3), run by the
  * workload-matrix*.test.ts files (rows: matrix-rows.ts) for every phase of every step, for both
  * workload kinds and both Service flavours (readiness-respecting, and publishNotReadyAddresses
- * as upstream's headless Service: issue 31).
+ * as upstream's headless Service).
  *
  * The target pods are those whose endpoint is ready and not terminating (SPEC §3 rule 2): the
  * Ready pods behind a readiness-respecting Service, every pod that is not terminating behind a
@@ -184,7 +184,7 @@ export class MatrixRun {
     for (const stargate of matched.stargates) {
       const host = `${cluster.advertisedHost(stargate.stargateId)}:${kube.config.advertisedGrpcPort}`
       if (stargate.advertiseAddr !== host) entryProblems.push(`${stargate.stargateId}: advertise_addr ${stargate.advertiseAddr}, want ${host}`)
-      // Empty, as the Rust router sends it (issue 13); LLM clients name the pod by Host.
+      // Empty, as the Rust router sends it; LLM clients name the pod by Host.
       if (stargate.httpAdvertiseAddr !== '') entryProblems.push(`${stargate.stargateId}: http_advertise_addr ${stargate.httpAdvertiseAddr}, want it empty`)
     }
     t.strictSame(entryProblems, [], `${label} one entry per ready pod, identity = Pod name, advertised host rendered from it`)

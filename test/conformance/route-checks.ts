@@ -1,5 +1,5 @@
 /**
- * Route checkers of the workload conformance matrix (issue 8). Each checker proves one way a
+ * Route checkers of the workload conformance matrix. Each checker proves one way a
  * Pylon or an LLM client reaches a Stargate pod through the router:
  *
  * - `reaches`: an advertised identity answers through the router, from the pod of that name,

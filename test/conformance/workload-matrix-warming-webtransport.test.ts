@@ -1,4 +1,4 @@
-// Issue 31: the publishNotReadyAddresses rows of the workload conformance matrix
+// The publishNotReadyAddresses rows of the workload conformance matrix
 // (workload-matrix-warming.test.ts) with WebTransport tunnels, which need a router of their
 // own: warming pods take WebTransport sessions too, never LLM HTTP. Pods' subnets
 // 127.0.223/224 are owned by this file.

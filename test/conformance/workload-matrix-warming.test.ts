@@ -1,4 +1,4 @@
-// Issue 31, SPEC §3 rule 2: upstream keeps each new Stargate unready for its first 60 s so that
+// SPEC §3 rule 2: upstream keeps each new Stargate unready for its first 60 s so that
 // Pylons register before gateway traffic, and points the router at its headless Service with
 // publishNotReadyAddresses: true, where Kubernetes lists a warming pod ready=true,
 // serving=false. The failure mode: a router that required `serving` dropped every warming

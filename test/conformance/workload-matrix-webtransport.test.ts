@@ -1,4 +1,4 @@
-// Issue 8, SPEC §3 and §7: the workload conformance matrix (matrix-rows.ts, matrix.ts) with
+// SPEC §3 and §7: the workload conformance matrix (matrix-rows.ts, matrix.ts) with
 // WebTransport tunnels, which need --tunnel-protocol webtransport and so a router (and rows) of
 // their own: Deployment and StatefulSet behind a readiness-respecting Service. Pods' subnets
 // 127.0.219/220 are owned by this file.

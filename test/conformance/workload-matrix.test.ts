@@ -1,4 +1,4 @@
-// Issue 8, SPEC §3: Stargate may run as a Deployment or as a StatefulSet, and both give the same
+// SPEC §3: Stargate may run as a Deployment or as a StatefulSet, and both give the same
 // contract: one advertised identity per target pod, the Pod name, routable (registration, HTTP)
 // to the pod's current IP and ports, in every intermediate state of scaling, rolling
 // replacement, readiness failures and slice churn. The failure mode this guards against: the

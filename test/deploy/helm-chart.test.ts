@@ -1,7 +1,7 @@
-// Issue 8: the Helm chart deploy/helm/stargate-router renders, lints and validates, and holds the
+// The Helm chart deploy/helm/stargate-router renders, lints and validates, and holds the
 // facts an operator relies on: minimal namespaced RBAC (SPEC §3), TLS mounted as directories
 // (SPEC §8), probes on /livez and /readyz (SPEC §9), hardened containers, the ports of SPEC §2,
-// and (issue 30) a NetworkPolicy that keeps the health port to the kubelet, the router's
+// and a NetworkPolicy that keeps the health port to the kubelet, the router's
 // replicas and Prometheus, with the other ports open to all.
 import t from 'tap'
 import { createRenderer, FULLNAME, NAMESPACE } from './render.ts'

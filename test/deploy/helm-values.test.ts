@@ -57,7 +57,7 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'tunnel-protocol': 'webtransport',
   'quic-retry': true,
   'quic-max-connections': 20000,
-  // Tunnel port defences (issue 15)
+  // Tunnel port defences
   'quic-retry-threshold': 250,
   'quic-max-handshakes-per-address': 16,
   'http-max-body-bytes': 67108864,
@@ -84,7 +84,7 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'webtransport-max-sessions': 5000,
   'log-level': 'debug',
   'log-format': 'pretty',
-  // Limits and timeouts (issue 14)
+  // Limits and timeouts
   'http-upstream-max-connections': 256,
   'http-upstream-max-queue': 64,
   'upstream-tls-system-ca': true,
@@ -189,7 +189,7 @@ if (renderer !== null) {
     t.match(await renderer.helmTemplateError({ config: { 'listen-adress': '0.0.0.0:1' } }), /listen-adress/)
     t.match(await renderer.helmTemplateError({ config: { 'tunnel-protocol': 'quic' } }), /tunnel-protocol/)
     t.match(await renderer.helmTemplateError({ tls: { clientCa: { secretName: 'pylon-ca' } } }), /tls.clientCa needs tls.serverIdentity/)
-    t.match(await renderer.helmTemplateError({ config: { 'upstream-tls': true } }), /config.upstream-tls needs a trust bundle/, 'issue 14: no silent fallback to the system CA store')
+    t.match(await renderer.helmTemplateError({ config: { 'upstream-tls': true } }), /config.upstream-tls needs a trust bundle/, 'no silent fallback to the system CA store')
     t.match(await renderer.helmTemplateError({ peerDiscovery: { enabled: true }, config: { 'peers-file': '/etc/peers.yaml' } }), /config.peers-file is for runs without Kubernetes/)
     t.match(await renderer.helmTemplateError({ rebalance: { enabled: true } }), /rebalance.enabled needs peerDiscovery.enabled/, 'the router would refuse --rebalance without peer discovery')
     t.match(await renderer.helmTemplateError({ config: { rebalance: true } }), /config.*rebalance/)
@@ -235,7 +235,7 @@ if (renderer !== null) {
     t.equal((theOne(off, 'Service').spec as { sessionAffinity?: string }).sessionAffinity, 'ClientIP', 'and the affinity stays as configured')
   })
 
-  // Issue 31: upstream's chart renders ceil(drainTimeoutMs / 1000) + 5 and no preStop hook.
+  // Upstream's chart renders ceil(drainTimeoutMs / 1000) + 5 and no preStop hook.
   t.test('terminationGracePeriodSeconds follows the drain timeout as upstream: preStop (0) + drain + 5 s, or an explicit value that covers both', async (t) => {
     const grace = async (values: object): Promise<number | undefined> =>
       (podSpecOf(theOne(await renderer.helmTemplate(values), 'Deployment')) as { terminationGracePeriodSeconds?: number }).terminationGracePeriodSeconds

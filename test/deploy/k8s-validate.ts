@@ -1,5 +1,5 @@
 /**
- * Offline validation of rendered Kubernetes objects (issue 8): each object is checked with
+ * Offline validation of rendered Kubernetes objects: each object is checked with
  * its kubernetes-models class (the JSON schema of the API: types, enums, required fields),
  * and then for unknown fields, which those schemas accept silently. A misspelt field such as
  * `readOnlyRootFileSystem` or `readinesProbe` would otherwise render, validate and apply, and

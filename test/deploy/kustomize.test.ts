@@ -1,6 +1,6 @@
-// Issue 8, 9 and 13: the kustomize overlays (deployment, statefulset, peer-discovery,
+// The kustomize overlays (deployment, statefulset, peer-discovery,
 // front-door-tls) render with `kubectl kustomize`, validate, and hold the same facts as the Helm
-// chart (the NetworkPolicy of the health port too, issue 30); the overlay picks the Stargate
+// chart (the NetworkPolicy of the health port too); the overlay picks the Stargate
 // workload kind, only peer-discovery adds the peer flags, env and RBAC rule, and only
 // front-door-tls makes the front door TLS.
 import t from 'tap'
@@ -74,7 +74,7 @@ if (renderer !== null) {
     t.same(withoutService(argsOf(render('overlays/statefulset'))), withoutService(argsOf(render('overlays/deployment'))), 'the Pylon contract is the same')
   })
 
-  // Issue 31: upstream's chart: appProtocol h2c on the grpc port, readiness every 2 s, liveness
+  // Upstream's chart: appProtocol h2c on the grpc port, readiness every 2 s, liveness
   // every 5 s (1 s timeout, 3 failures), no startup probe, no preStop, grace = drain + 5 s.
   t.test('the grpc port is h2c (not with front-door TLS), and probes and termination grace are upstream\'s', async (t) => {
     type Port = { name: string, appProtocol?: string }

@@ -1,6 +1,6 @@
 /**
  * The facts about rendered manifests that matter to an operator and a security review
- * (issue 8, SPEC §3 RBAC note, §8 directory mounts, §9 probes), as assertions shared by the
+ * (SPEC §3 RBAC note, §8 directory mounts, §9 probes), as assertions shared by the
  * Helm and kustomize tests so that both artifacts are held to the same rules.
  */
 import { dirname } from 'node:path'
@@ -209,7 +209,7 @@ export function servicePorts (service: KubeObject): string[] {
   return ports.map((p) => `${p.name} ${p.protocol ?? 'TCP'} ${p.port}->${String(p.targetPort ?? p.port)}`).sort()
 }
 
-// --- NetworkPolicy (issue 30): who reaches which port of the router pods ---
+// --- NetworkPolicy: who reaches which port of the router pods ---
 
 interface LabelSelector {
   readonly matchLabels?: Record<string, string>

@@ -1,4 +1,4 @@
-// Issue 14 fault suite: the Kubernetes API server is killed in the middle of the router's
+// Fault suite: the Kubernetes API server is killed in the middle of the router's
 // watch and comes back, twice. Throughout, the router stays up, /livez answers, an open
 // registration keeps being forwarded on the last snapshot and the restarts are counted; after
 // each return a change arrives; and the second outage leaves no more descriptors open than the

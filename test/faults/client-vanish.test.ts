@@ -1,4 +1,4 @@
-// Issue 14 fault suite: clients vanish at every phase of a connection to the TLS front door:
+// Fault suite: clients vanish at every phase of a connection to the TLS front door:
 // in the middle of the TLS handshake, of a request head (HTTP/1.1 and HTTP/2), of a request
 // body (an LLM upload, a gRPC registration message), of the trailers, and of a streamed
 // response. Each costs nothing but its own connection: the router stays up, /livez answers, the

@@ -1,4 +1,4 @@
-// Issue 14 fault suite: the router runs out of file descriptors (provoked with a low
+// Fault suite: the router runs out of file descriptors (provoked with a low
 // `ulimit -n` in the child). libuv accepts and closes what it cannot keep (its reserve-descriptor
 // trick), so connections beyond the limit are dropped without an accept error reaching Node;
 // every operation that needs a new descriptor fails cleanly: a request whose pod connection

@@ -1,4 +1,4 @@
-// Issue 30: what an HTTP/2 client of the front door sees for a request that is too large or
+// What an HTTP/2 client of the front door sees for a request that is too large or
 // breaks its own framing must be what docs/errors.md says. Exact frames from a raw socket
 // (test/fixtures/raw-h2.ts), after the client acknowledged the router's SETTINGS as every real
 // client does.

@@ -1,4 +1,4 @@
-// Issue 30: a request the client is told was refused must never reach a pod. An HTTP/1.0
+// A request the client is told was refused must never reach a pod. An HTTP/1.0
 // request with `Transfer-Encoding: chunked` followed by more bytes was forwarded to the pod
 // while the client got 400: Node's parser read the request (head, chunked body, end) and the
 // front door handed it on, then llhttp refused the bytes after it (HPE_CLOSED_CONNECTION: data

@@ -1,4 +1,4 @@
-// Issue 30, SPEC §9 and §12: the health port answers probes even when its connection cap is
+// SPEC §9 and §12: the health port answers probes even when its connection cap is
 // reached. 256 idle connections to it (the cap) left /livez unanswered, and the kubelet
 // restarted the router: Node's server.maxConnections closed every new connection at accept,
 // the probe's among them. Now a new connection is always taken and the oldest idle one is

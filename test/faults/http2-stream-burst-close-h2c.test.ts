@@ -1,4 +1,4 @@
-// Issue 30 (critical): an HTTP/2 client that opened a couple of hundred streams and then lost
+// An HTTP/2 client that opened a couple of hundred streams and then lost
 // its connection ended the router. Closing the connection closes every stream with CANCEL;
 // the rapid-reset guard (SPEC §12, lib/http2-admission.ts) counted those as client
 // resets, tripped at 200 and called session.goaway() on the session Node had already

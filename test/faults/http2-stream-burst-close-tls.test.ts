@@ -1,4 +1,4 @@
-// Issue 30 (critical), on the TLS front door (ALPN h2): a client that opened a couple of
+// On the TLS front door (ALPN h2): a client that opened a couple of
 // hundred streams and then lost its connection ended the router: the rapid-reset guard
 // (SPEC §12, lib/http2-admission.ts) counted the streams the closed connection took
 // with it as client resets, tripped at 200 and called session.goaway() on the destroyed

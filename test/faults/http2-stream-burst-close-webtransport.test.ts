@@ -1,4 +1,4 @@
-// Issue 30 (critical), on the WebTransport-over-HTTP/2 listener (--tunnel-protocol
+// On the WebTransport-over-HTTP/2 listener (--tunnel-protocol
 // webtransport, TCP on the tunnel port), which runs the same rapid-reset guard as the front
 // door (lib/http2-admission.ts): a Pylon connection that ended right after opening a couple of
 // hundred session requests ended the router, the guard calling session.goaway() on the

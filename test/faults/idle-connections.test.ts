@@ -1,4 +1,4 @@
-// Issue 14 fault suite: 5,000 idle connections (HTTP/1.1 kept alive after a request, and h2c
+// Fault suite: 5,000 idle connections (HTTP/1.1 kept alive after a request, and h2c
 // sessions that sent only their preface and SETTINGS) held at --front-door-max-connections.
 // The router keeps serving, refuses the one over the cap and counts it, its memory grows by a
 // bounded amount per connection (docs/configuration.md, memory bound), and after the clients

@@ -1,15 +1,14 @@
-// Issue 30: after load, the router's RSS stayed high (190 → 406 MiB across an attack run; two
-// identical rounds of 5,000 connections 329 → 369 → 396 MiB), which could be a leak. Heap
-// snapshots after a forced GC before and after rounds of 5,000 connections found no object
-// retained (no constructor's count grew from one round to the next), and RSS converging to a
-// plateau: V8's young generation grown to its maximum and kept, and malloc's arena
-// (docs/configuration.md, memory model). RSS is therefore not a leak signal; the JS heap after a
-// full GC is. This check holds it: three rounds of 2,000 connections (HTTP/1.1 and h2c requests
+// After load the router's RSS stays high (190 → 406 MiB across an attack run; two identical
+// rounds of 5,000 connections 329 → 369 → 396 MiB), which could be a leak. Heap snapshots after a
+// forced GC before and after rounds of 5,000 connections find no object retained (no
+// constructor's count grows from one round to the next), and RSS converges to a plateau: V8's
+// young generation grown to its maximum and kept, and malloc's arena (docs/configuration.md,
+// memory model). RSS is therefore not a leak signal; the JS heap after a full GC is. This check holds it: three rounds of 2,000 connections (HTTP/1.1 and h2c requests
 // forwarded to a pod, WatchStargates streams, health requests), each closed, and the heap after
 // GC (forced through the inspector) must not grow from the first round to the third by more than
 // 4 MiB: 1 KiB per connection of the 4,000 in between. Clean runs moved -1.1 to +0.2 MiB; a
 // 1.9 KB array retained per connection, injected into the listener to try the check, grew it
-// 7.2 MiB and failed it. The check passes on the code before issue 30 too: nothing was retained.
+// 7.2 MiB and failed it.
 import t from 'tap'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'

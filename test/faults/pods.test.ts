@@ -1,4 +1,4 @@
-// Issue 14 fault suite: Stargate pods die in the middle of a stream or answer garbage. A
+// Fault suite: Stargate pods die in the middle of a stream or answer garbage. A
 // registration to a pod that dies ends UNAVAILABLE (the Pylon registers again) and a token
 // stream from one is cut; a pod answering frames or bytes no server sends costs that one call
 // UNAVAILABLE or 502. The router stays up, /livez answers, the counters say what happened, no

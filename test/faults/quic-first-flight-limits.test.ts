@@ -1,4 +1,4 @@
-// Issue 30, SPEC §12: the router holds an incomplete first flight (a ClientHello split over
+// SPEC §12: the router holds an incomplete first flight (a ClientHello split over
 // several Initials, part of it still missing) until the hello can be routed, so an attacker can
 // send only parts. What that may cost: a gap that never fills gets no answer and is freed within
 // the handshake timeout (--connect-timeout-ms); floods of partial hellos from many addresses are

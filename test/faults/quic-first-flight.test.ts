@@ -1,4 +1,4 @@
-// Issue 30, SPEC §12: a ClientHello split over several Initial datagrams that arrive out of
+// SPEC §12: a ClientHello split over several Initial datagrams that arrive out of
 // order. The router reassembled the hello to read its SNI, but then handed the datagrams to
 // ngtcp2 in arrival order, and ngtcp2 refuses a new connection whose first packet does not carry
 // CRYPTO offset 0: every order but the sent one got CONNECTION_CLOSE 0x0a PROTOCOL_VIOLATION.

@@ -1,4 +1,4 @@
-// Issue 30 fault suite, SPEC §12 ("a slow client costs a pod nothing it cannot afford"). The
+// Fault suite, SPEC §12 ("a slow client costs a pod nothing it cannot afford"). The
 // attack: 2,100 HTTP/1.1 POSTs with `Content-Length: 100000`, each sending one byte every 2 s
 // (under the body idle timeout), took a pod's 1,024 connections and 1,024 queue places: 52
 // clients got 503 upstream_busy and a legitimate request to that pod got no answer. And every

@@ -1,4 +1,4 @@
-// Issue 30, SPEC §12 ("TLS 1.2 offers AEAD suites only"): the router's TLS listeners on Node
+// SPEC §12 ("TLS 1.2 offers AEAD suites only"): the router's TLS listeners on Node
 // (the front door with --front-door-tls, and WebTransport over HTTP/2 on the tunnel port's TCP
 // side) took Node's default cipher list, whose trailing OpenSSL `HIGH` adds the CBC suites with
 // HMAC-SHA1 and HMAC-SHA256/384 to TLS 1.2. A client forcing TLS 1.2 and a CBC suite got a

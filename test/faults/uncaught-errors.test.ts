@@ -1,4 +1,4 @@
-// Issue 30: the process-level safety net (lib/uncaught-errors.ts, wired in server/main.ts). An
+// The process-level safety net (lib/uncaught-errors.ts, wired in server/main.ts). An
 // uncaught error that concerned one connection already gone (here Node's own
 // ERR_HTTP2_INVALID_SESSION, as the rapid-reset guard threw it) is logged, counted in
 // stargate_k8s_router_uncaught_errors_total{kind}, and the router keeps serving; any other

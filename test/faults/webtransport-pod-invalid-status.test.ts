@@ -1,4 +1,4 @@
-// Issue 30 (found auditing the HTTP/2 handlers): a Stargate pod that answers a WebTransport
+// A Stargate pod that answers a WebTransport
 // session request over HTTP/2 with a :status outside 200..599 (600 here; nghttp2 accepts any
 // three digits) ended the router. The relay re-sent the status to the Pylon from the pod
 // stream's 'response' handler and Node's respond() threw ERR_HTTP2_STATUS_INVALID: exit 1.

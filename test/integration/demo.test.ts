@@ -1,5 +1,5 @@
-// Issue 8: `npm run demo` is the newcomer's tour and must finish by itself in under a minute
-// (issue 6: it can also run its tunnels as WebTransport). Smoke test: run it as a child
+// `npm run demo` is the newcomer's tour and must finish by itself in under a minute
+// (it can also run its tunnels as WebTransport). Smoke test: run it as a child
 // process, as the README says, and check what it printed.
 import t from 'tap'
 import { spawn } from 'node:child_process'

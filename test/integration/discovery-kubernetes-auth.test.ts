@@ -1,4 +1,4 @@
-// SPEC §3 rule 7, §12 and issue 2 ("wrong token"): API server rejections (401 for the
+// SPEC §3 rule 7 and §12, a wrong token: API server rejections (401 for the
 // credentials, 403 for RBAC) stop the informer; the router restarts it with backoff, counts
 // the restarts, logs a line that names the cause and the fix (never the token itself), and
 // recovers once the API server accepts it again.

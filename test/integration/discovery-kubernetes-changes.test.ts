@@ -45,7 +45,7 @@ t.test('adding, updating and deleting slices each send one new full message', as
   ], 'exactly one message per change, each a full set')
 })
 
-// Issue 31: upstream's rule since stargate v0.14.2 (NVIDIA/nvcf#1271): ready and not
+// Upstream's rule since stargate v0.14.2 (NVIDIA/nvcf#1271): ready and not
 // terminating, whatever serving says, so a warming Stargate behind a publishNotReadyAddresses
 // Service (ready=true, serving=false) is advertised and gets its Pylons before gateway traffic.
 t.test('endpoints that are ready and not terminating are advertised, whatever serving says (Kubernetes defaults for absent conditions)', async (t) => {

@@ -9,7 +9,7 @@ import { sleep, waitFor } from '../fixtures/wait.ts'
 t.test('the first message lists every ready pod of the slice, sorted, with the configured dial address and watch urls', async (t) => {
   const fake = await FakeKubeApiServer.start({ namespaces: [NAMESPACE] })
   // One slice with an http port, one without: http_advertise_addr is empty for both, as the
-  // Rust router sends it (issue 13).
+  // Rust router sends it.
   fake.apply(stargateSlice('stargate-headless-x1', [
     pod('stargate-2', '127.0.1.3'),
     pod('stargate-0', '127.0.1.1'),

@@ -27,7 +27,7 @@ function malformedSlices (s: string): Json[] {
     stargateSlice(`mixed-${s}`, [
       pod(`good-${s}`, '127.0.4.10'),
       { pod: `no-address-${s}` }, // addresses: []
-      // A hostname is not an identity (issue 13: the upstream router dropped that fallback).
+      // A hostname is not an identity (the upstream router dropped that fallback).
       { pod: `node-${s}`, targetRefKind: 'Node', hostname: `hostname-${s}`, ip: '127.0.4.11' }, // non-Pod ref with a hostname
       { pod: `node-only-${s}`, targetRefKind: 'Node', ip: '127.0.4.12' }, // non-Pod ref, no hostname
       { ip: '127.0.4.13' }, // no targetRef, no hostname

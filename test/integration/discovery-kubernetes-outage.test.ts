@@ -1,4 +1,4 @@
-// SPEC §3 rule 7 and issue 2 ("API server down for 10 s then back"): while the API server is
+// SPEC §3 rule 7, the API server down for 10 s then back: while the API server is
 // unreachable the router keeps serving the last snapshot over WatchStargates (to watchers
 // already connected and to new ones), counts its restarts and reports the snapshot's age;
 // once the API server is back, changes flow again.

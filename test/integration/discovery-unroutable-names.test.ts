@@ -1,4 +1,4 @@
-// Issue 14, SPEC §1 and §4: a pod name with a dot is legal for a Deployment's pods (they are
+// SPEC §1 and §4: a pod name with a dot is legal for a Deployment's pods (they are
 // DNS subdomains), but the hostname template carries the identity in one DNS label, so such a
 // pod could be advertised and never routed. The router does not make it a target: it is not
 // advertised by WatchStargates, a registration naming it is refused like any host outside the

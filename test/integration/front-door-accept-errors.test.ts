@@ -1,4 +1,4 @@
-// Issue 14: an accept error on a listening server (EMFILE when libuv's reserve descriptor is
+// An accept error on a listening server (EMFILE when libuv's reserve descriptor is
 // gone, ENFILE, ENOMEM) is emitted as 'error' on the server; with no listener it was an uncaught
 // exception that ended the router. The front door and the health listener log it (rate-limited),
 // count it and keep serving. The error is injected on the real listening servers: provoking it

@@ -1,4 +1,4 @@
-// Issue 14, SPEC §12: no bytes from a client may end the router. A client writing HTTP/2
+// SPEC §12: no bytes from a client may end the router. A client writing HTTP/2
 // frames no correct client sends (raw, test/fixtures/raw-h2.ts) gets a stream reset, a
 // GOAWAY or an error status on its own connection; the router stays up, /livez answers and
 // other clients' registrations keep working.

@@ -1,6 +1,7 @@
-// Issue 14, SPEC §6 and §12: the front door's timeouts apply. Before the fix none did (the inner
-// HTTP servers never listen, so Node never armed their timers): a request head without its
-// blank line stayed open past 40 s, and an h2c preface with SETTINGS and nothing else forever.
+// SPEC §6 and §12: the front door's timeouts apply. Node would arm none of them (the inner
+// HTTP servers never listen, so Node never arms their timers): without the router's own
+// deadlines a request head without its blank line stays open past 40 s, and an h2c preface
+// with SETTINGS and nothing else forever.
 // Each case sends exactly those bytes and checks that the router closes the connection, how
 // (408, GOAWAY), and the counter; and that busy connections (an SSE stream, an open watch) are
 // not cut by an idle timeout.

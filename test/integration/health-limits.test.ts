@@ -1,7 +1,7 @@
-// Issue 14, SPEC §12: the health listener has header, request and idle timeouts and a
+// SPEC §12: the health listener has header, request and idle timeouts and a
 // connection cap, like every listener. A client that never finishes its request head is cut
 // off; at the cap a new connection is served and the oldest idle one closed and counted
-// (issue 30: closing the new one at accept refused the kubelet's probes).
+// (closing the new one at accept refused the kubelet's probes).
 import t, { type Test } from 'tap'
 import net from 'node:net'
 import { Registry } from 'prom-client'

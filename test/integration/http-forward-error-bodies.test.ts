@@ -1,4 +1,4 @@
-// Issue 17, one error catalogue: the front door's own refusals (a request Node's parser gives up
+// One error catalogue: the front door's own refusals (a request Node's parser gives up
 // on, an oversized header list over HTTP/1.1 and HTTP/2) and a request target undici cannot send
 // upstream carry the same JSON body and x-stargate-error-code as the forwarder's errors, from
 // HTTP_ERRORS (lib/http-forward/errors.ts; docs/errors.md).

@@ -1,4 +1,4 @@
-// Issue 7, SPEC §6 error table: each failure reaches the LLM client as JSON
+// SPEC §6 error table: each failure reaches the LLM client as JSON
 // `{ error: { code, message } }` with x-stargate-error-code and the documented status.
 import t from 'tap'
 import net from 'node:net'

@@ -1,7 +1,7 @@
-// Issue 14, SPEC §6 and §12: a bad response from a pod is a 502 for that request, never the
+// SPEC §6 and §12: a bad response from a pod is a 502 for that request, never the
 // end of the process. The pod is a raw TCP server (test/fixtures/raw-http-pod.ts) writing what
-// no HTTP library would; the clients are Node's HTTP/1.1 and HTTP/2 clients. Before the fix,
-// two content-type fields to an HTTP/2 client made writeHead throw
+// no HTTP library would; the clients are Node's HTTP/1.1 and HTTP/2 clients. The failure mode:
+// two content-type fields to an HTTP/2 client make writeHead throw
 // ERR_HTTP2_HEADER_SINGLE_VALUE inside undici's callback.
 import t from 'tap'
 import net from 'node:net'

@@ -1,4 +1,4 @@
-// Issue 14, SPEC §6: HTTP forwarding that never replays a delivered request, handles
+// SPEC §6: HTTP forwarding that never replays a delivered request, handles
 // `Expect: 100-continue`, bounds what it queues per pod, believes forwarding headers only from
 // trusted proxies, refuses requests naming two hosts, and closes rather than drains after 413.
 import t from 'tap'

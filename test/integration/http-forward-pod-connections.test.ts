@@ -1,4 +1,4 @@
-// Issue 30: a pod's connections for LLM requests (lib/http-forward/pod-connections.ts) against a
+// A pod's connections for LLM requests (lib/http-forward/pod-connections.ts) against a
 // real HTTP server on loopback. The failure mode: with undici's Pool, every request aborted
 // while it held a pod connection left a fresh idle connection behind (undici put the aborted
 // request back as pending and reconnected for it: +1,022 idle pod connections after 2,100

@@ -1,5 +1,5 @@
 /**
- * Issue 17 (one lifecycle): HttpPods.close() is idempotent and a second call waits for the
+ * HttpPods.close() is idempotent and a second call waits for the
  * first, as undici's dispatcher-base.js keeps its first close(). Before, a second call found
  * the pools already taken out and resolved at once, while the first was still waiting out
  * its grace for a request in flight. A real pod on loopback that reads a request and never

@@ -1,4 +1,4 @@
-// Issue 30, SPEC §12: what an LLM client sees from the limits that keep a slow client from
+// SPEC §12: what an LLM client sees from the limits that keep a slow client from
 // costing a pod what it cannot afford. Request bodies are read before a pod connection is
 // taken (up to --http-body-buffer-bytes), must keep --http-body-min-bytes-per-second over each
 // --http-body-rate-window-ms (408 body_rate_too_low) and end within --http-body-deadline-ms

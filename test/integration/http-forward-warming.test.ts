@@ -1,4 +1,4 @@
-// Issue 31, SPEC §3 rule 2 and §6: a warming Stargate behind a publishNotReadyAddresses Service
+// SPEC §3 rule 2 and §6: a warming Stargate behind a publishNotReadyAddresses Service
 // (EndpointSlice `ready=true, serving=false`) is advertised and takes registrations, so its
 // Pylons arrive before gateway traffic, but LLM client HTTP never goes to it until it serves:
 // untargeted requests go to serving pods only, and a Host naming it is refused with 503

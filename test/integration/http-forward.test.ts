@@ -1,4 +1,4 @@
-// Issue 7, SPEC §6: LLM client requests are forwarded with undici to the pod the Host names,
+// SPEC §6: LLM client requests are forwarded with undici to the pod the Host names,
 // else to the less loaded of two random pods; bodies and SSE stream both ways; headers are
 // rewritten as a proxy must. Independent clients: node:http, fetch and curl.
 import t from 'tap'
@@ -47,7 +47,7 @@ t.test('headers: hop-by-hop removed, x-forwarded-* and x-request-id set, the res
   t.equal(seen.headers.authorization, 'Bearer sk-test', 'end-to-end fields pass')
   t.equal(seen.headers['x-custom'], 'kept')
   t.equal(seen.headers.host, host, 'Host is preserved')
-  t.equal(seen.headers['x-forwarded-for'], '127.0.0.1', 'the client address replaces an untrusted peer\'s claim (issue 14: appended only for --trusted-proxy-cidrs)')
+  t.equal(seen.headers['x-forwarded-for'], '127.0.0.1', 'the client address replaces an untrusted peer\'s claim (appended only for --trusted-proxy-cidrs)')
   t.equal(seen.headers['x-forwarded-proto'], 'http')
   t.equal(seen.headers['x-forwarded-host'], host)
   t.match(seen.headers['x-request-id'], /^[0-9a-f-]{36}$/, 'a request id is generated')

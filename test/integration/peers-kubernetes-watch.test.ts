@@ -1,4 +1,4 @@
-// SPEC §10, issue 9: the peer source on the real @kubernetes/client-node informer against the
+// SPEC §10: the peer source on the real @kubernetes/client-node informer against the
 // fake kube-apiserver. A buffering listener on the PeerSet records exactly what a subscriber
 // sees, so ordering under churn is asserted on the delivered sequence itself.
 import t, { type Test } from 'tap'

@@ -1,4 +1,4 @@
-// SPEC §10, issue 9: router replicas find each other through the EndpointSlices of their own
+// SPEC §10: router replicas find each other through the EndpointSlices of their own
 // Service. Three real routers (startRouter) run against the fake kube-apiserver, each with its
 // health listener on its own loopback "pod IP"; the test writes the router Service's slice as
 // the EndpointSlice controller would and reads each replica's /debug/peers and /metrics.

@@ -1,4 +1,4 @@
-// SPEC §10, issue 9: a peer whose /debug/snapshot cannot be read — refused, garbage, HTTP 500,
+// SPEC §10: a peer whose /debug/snapshot cannot be read — refused, garbage, HTTP 500,
 // too slow, too large — is an error counted by reason with the last error kept, never
 // divergence (the grace period here is 0, so any digest difference would be divergent at
 // once). Real stub peers on loopback answer each way; the checker uses the real undici fetcher.

@@ -1,4 +1,4 @@
-// SPEC §10, issue 9: peer discovery is opt-in. Off, the router opens no extra watch and has
+// SPEC §10: peer discovery is opt-in. Off, the router opens no extra watch and has
 // no /debug/peers; on with --peers-file, replicas without Kubernetes find each other and
 // compare snapshots the same way.
 import t from 'tap'

@@ -1,4 +1,4 @@
-// Issue 31, SPEC §3 rule 2 and §5/§7: a pod that merely turns unready (its endpoint listed with
+// SPEC §3 rule 2 and §5/§7: a pod that merely turns unready (its endpoint listed with
 // ready=false, not terminating) is no target any more (not advertised, new registrations and
 // tunnels refused), but what the router already relays to it stays, as upstream keeps it:
 // --drain-grace-ms runs only for pods that are terminating or gone. The failure mode: a

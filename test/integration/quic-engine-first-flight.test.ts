@@ -1,5 +1,5 @@
 /**
- * Issue 30, SPEC §12: a first flight held until its ClientHello is complete is bounded. The
+ * SPEC §12: a first flight held until its ClientHello is complete is bounded. The
  * endpoint keeps the datagrams of a hello that spans several (until the SNI can be read and
  * routed, then ngtcp2 gets them, the one with CRYPTO offset 0 first), but at most six datagrams
  * and 20 KiB of them, only those that bring new hello bytes, for the pending timeout after the

@@ -1,12 +1,12 @@
 /**
- * Issue 15, memory safety: random and mutated datagrams into a listening endpoint of the engine
+ * Memory safety: random and mutated datagrams into a listening endpoint of the engine
  * — garbage, garbage short headers (stateless-reset path), truncated and bit-flipped real
  * Initials, Initials correctly protected around corrupted ClientHellos and frames (so the
  * addon's own Initial decryption, CRYPTO reassembly and ClientHello parser see them), other long
  * header types and unknown versions. No crash, the endpoint still serves a real client, every
  * engine object is freed again, and the heap comes back to its baseline.
  *
- * The suite sends 20,000 (seconds on a loaded two-core machine); the issue's 100,000, and the
+ * The suite sends 20,000 (seconds on a loaded two-core machine); 100,000, and the
  * run under AddressSanitizer, are `QUIC_FUZZ_DATAGRAMS=100000` runs of this same file whose
  * command and figures are in docs/reliability.md ("Tunnel port").
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 15: the engine (ngtcp2 + GnuTLS) completes handshakes with no ALPN at all in both roles
+ * The engine (ngtcp2 + GnuTLS) completes handshakes with no ALPN at all in both roles
  * — what real Pylons (quinn + rustls, raw QUIC) offer and real Stargate listeners expect — and
  * with whatever ALPN the server side accepts, chosen per connection from the client's offer.
  * A connection refused at the proposal costs no handshake: the client gets a CONNECTION_CLOSE

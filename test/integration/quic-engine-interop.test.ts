@@ -1,5 +1,5 @@
 /**
- * Issue 15: the engine interoperates with an independent QUIC implementation in both roles:
+ * The engine interoperates with an independent QUIC implementation in both roles:
  * Debian's ngtcp2 example programs (GnuTLS builds, packages ngtcp2-client / ngtcp2-server),
  * which speak HTTP/3 (ALPN h3). The few HTTP/3 bytes needed for one GET are written by hand
  * here (RFC 9114 frames, RFC 9204 QPACK static-table fields; test code, not the product's).

@@ -1,6 +1,6 @@
 /**
- * Found by issue 16's Chromium test (Chromium often sends a stream's FIN in a packet of its
- * own): a TypeScript-mode stream whose FIN arrives after its last byte was read must end
+ * Found by the Chromium test of WebTransport over HTTP/3 (Chromium often sends a stream's FIN
+ * in a packet of its own): a TypeScript-mode stream whose FIN arrives after its last byte was read must end
  * cleanly. The addon frees a finished stream once every byte is read, which could be before
  * read() returned READ_FIN; the stream then looked closed by its connection and readers
  * (QuicDuplex, the HTTP/3 glue) reported an error for a complete stream.

@@ -1,5 +1,5 @@
 /**
- * Issue 15: the engine with quinn 0.11 + rustls 0.23, the stack of the real Pylon and Stargate,
+ * The engine with quinn 0.11 + rustls 0.23, the stack of the real Pylon and Stargate,
  * configured as they are (test/fixtures/quinn-peer): raw QUIC with no ALPN on either side.
  * quiche could do neither role (BoringSSL refuses QUIC without ALPN); the engine must do both:
  * - as server, to a Pylon-like quinn client offering no ALPN;

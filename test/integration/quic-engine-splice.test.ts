@@ -1,5 +1,5 @@
 /**
- * Issue 15: the native splice joins a stream of one connection to a stream of another, so a
+ * The native splice joins a stream of one connection to a stream of another, so a
  * relay's bytes never cross into JavaScript: both directions, bytes already received but not
  * read go first, flow control honoured on both legs, FIN / RESET_STREAM / STOP_SENDING passed on
  * with their codes, and the end reported with byte counts. A relay may read a few header bytes

@@ -1,5 +1,5 @@
 /**
- * Issue 15: what the raw QUIC relay needs of the engine's streams, engine to engine over
+ * What the raw QUIC relay needs of the engine's streams, engine to engine over
  * loopback with no ALPN: bidi and uni streams opened by either side, bytes intact, FIN,
  * RESET_STREAM and STOP_SENDING with their codes, close codes and reasons both ways, datagrams,
  * flow control that holds a writer back instead of buffering, stream limits with a

@@ -1,5 +1,5 @@
 /**
- * Issue 15: the quinn + rustls peers (test/fixtures/quinn-peer) work, against each other and
+ * The quinn + rustls peers (test/fixtures/quinn-peer) work, against each other and
  * against an implementation of neither this project nor quinn: Debian's ngtcp2 examples
  * (gtlsserver / gtlsclient, GnuTLS, ALPN h3). The router's raw QUIC tests build on these
  * peers, so this file checks what they report before anything depends on it: a Pylon-like

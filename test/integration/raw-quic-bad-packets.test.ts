@@ -1,5 +1,5 @@
 /**
- * Issues 5 and 15, bad input: datagrams that are not QUIC, truncated or forged QUIC packets, and
+ * Bad input: datagrams that are not QUIC, truncated or forged QUIC packets, and
  * reach the router's tunnel port. They are dropped and counted, never crash it and never kill a
  * connection in handshake. Floods of handshakes are in raw-quic-flood.test.ts, random datagrams
  * by the hundred thousand in quic-engine-fuzz.test.ts.

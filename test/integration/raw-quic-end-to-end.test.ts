@@ -1,5 +1,5 @@
 /**
- * Issue 5, end to end: a Pylon watches the router, registers with a Stargate through it, and
+ * End to end: a Pylon watches the router, registers with a Stargate through it, and
  * dials the reverse tunnel its registration ack names (reverse_tunnel_target, the Stargate's
  * advertised host and the router's tunnel port) with that host as SNI; the Stargate's proxied
  * request reaches the Pylon through the router and the answer comes back.
@@ -23,7 +23,7 @@ t.test('a Pylon registers, dials the tunnel named in its ack, and answers the St
     cluster.list(name, cluster.ipOf(name), quicStub.port, true, grpcStub.port)
   }
   // The control plane over the cleartext front door (h2c, as a TLS-terminating Gateway forwards
-  // it); the router's TLS identity is the tunnels' (issue 13).
+  // it); the router's TLS identity is the tunnels'.
   const pylon = new Pylon({
     routerAddress: cluster.kube.address,
     credentials: grpc.credentials.createInsecure(),

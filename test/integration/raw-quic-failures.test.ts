@@ -1,7 +1,6 @@
 /**
- * Issue 15, visible failures and tunnels that follow the snapshot. Before: a Pylon refused in
- * the handshake left no log line and moved no metric. Now every refused or failed handshake is
- * counted in stargate_k8s_router_quic_handshake_failures_total{reason} and logged once per
+ * Visible failures and tunnels that follow the snapshot. A Pylon refused in the handshake must
+ * leave a trace: every refused or failed handshake is counted in stargate_k8s_router_quic_handshake_failures_total{reason} and logged once per
  * reason per minute with the peer address, the SNI and the ALPN offered. And a tunnel whose pod
  * starts terminating or leaves the Service is closed with 'target stargate left the ready set'
  * after --drain-grace-ms, unless the pod comes back first (as registrations are drained).

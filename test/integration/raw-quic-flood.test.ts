@@ -1,6 +1,6 @@
 /**
- * Issue 15, handshake floods (found in review: 12,000 spoofed Initials in 5 s filled the 10,000
- * slots and locked out real Pylons). Initials from addresses that never answer: the router holds
+ * Handshake floods (12,000 spoofed Initials in 5 s would fill the 10,000 connection slots and
+ * lock out real Pylons). Initials from addresses that never answer: the router holds
  * at most --quic-max-handshakes-per-address of them per address and --quic-retry-threshold in
  * total, answers the rest with a stateless Retry (which a spoofer cannot answer), and a real
  * Pylon, which answers the Retry, still gets its tunnel. Memory stays bounded and the half-open
@@ -8,8 +8,8 @@
  *
  * The counts here are scaled down so the file stays quick on a loaded two-core machine: the
  * slots are scaled with them (--quic-max-connections), so the flood still exceeds every limit.
- * The issue's 10,000 Initials, and the Pylon's handshake time under them (target: within 1 s),
- * are measured by bench/quic/flood.bench.ts.
+ * 10,000 Initials, and the Pylon's handshake time under them (target: within 1 s), are
+ * measured by bench/quic/engine.bench.ts.
  */
 import t from 'tap'
 import type { Socket } from 'node:dgram'

@@ -1,5 +1,5 @@
 /**
- * Issue 5, SPEC §7: what crosses a raw QUIC tunnel arrives intact, in both directions —
+ * SPEC §7: what crosses a raw QUIC tunnel arrives intact, in both directions —
  * large stream payloads (sha256 compared) on several concurrent streams, unidirectional
  * streams, and QUIC datagrams when both legs negotiated them.
  */

@@ -1,5 +1,5 @@
 /**
- * Issue 5: interop with an independent QUIC implementation on both legs. Debian's ngtcp2
+ * Interop with an independent QUIC implementation on both legs. Debian's ngtcp2
  * example programs (GnuTLS builds: packages ngtcp2-client and ngtcp2-server) do an HTTP/3
  * GET through the router: gtlsclient dials the router's tunnel port with ALPN h3 and the
  * pod's advertised host as SNI; the router relays to gtlsserver, listed as the pod's quic

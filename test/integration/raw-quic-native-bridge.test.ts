@@ -1,5 +1,5 @@
 /**
- * Issue 15/16: once a raw QUIC tunnel's pod leg is up, the addon pairs every new stream itself
+ * Once a raw QUIC tunnel's pod leg is up, the addon pairs every new stream itself
  * (lib/quic/native/src/bridge.c) with a twin of the same stream ID on the other leg, in the
  * same engine turn. A Stargate that allows few concurrent streams makes the rest wait natively,
  * in order, until it grants more (MAX_STREAMS): none is lost or reordered, and the IDs still
@@ -41,7 +41,7 @@ t.test('streams beyond the Stargate\'s stream limit wait in the addon and all cr
  * Resolves once the Pylon has stopped sending and receiving (its UDP counters unchanged over
  * 300 ms): everything it was allowed to send is out and acknowledged. quinn cannot send
  * CONNECTION_CLOSE while unsent stream data and a full congestion window gate its next packet
- * (quinn issue 2785, fixed in PR 2787; not in 0.9.3 nor in 0.11.9, the quinn-proto of the
+ * (quinn-rs/quinn#2785, fixed in quinn-rs/quinn#2787; not in 0.9.3 nor in 0.11.9, the quinn-proto of the
  * quinn 0.11.6 tested here): a close issued before then may never leave.
  */
 async function quiet (pylon: QuinnPeer): Promise<void> {

@@ -1,5 +1,5 @@
 /**
- * Issue 15, the failure this fixes: a real Pylon's raw QUIC tunnel (quinn + rustls, offering no
+ * The failure this fixes: a real Pylon's raw QUIC tunnel (quinn + rustls, offering no
  * ALPN) through the router to a real Stargate's quinn listener (no ALPN configured, refusing any
  * client that offers one). Before the engine the router refused the Pylon inside the handshake
  * (alert 120) and would have offered the pod an ALPN it refuses. Both ends here are quinn-peer
@@ -141,7 +141,7 @@ t.test('the Stargate closing its tunnel: its code and reason reach the Pylon', {
   await stargate.close(sc, 42, 'stargate restarting')
   t.match(await pylon.closed(1), { kind: 'application', by: 'peer', code: 42, reason: 'stargate restarting' })
   t.equal(await cluster.outcome('completed'), 1)
-  // Which leg ended the tunnel and how, as a failed transfer's story prints it (issue 15).
+  // Which leg ended the tunnel and how, as a failed transfer's story prints it.
   const closed = cluster.kube.logs.lines().find((line) => line.msg === 'raw quic tunnel closed')
   t.match(closed, { outcome: 'completed', first: { leg: 'upstream', kind: 'peer', app: true, code: 42, liberr: 0 } }, 'the router logs the leg that closed first, its kind, code and ngtcp2 error')
 })

@@ -1,5 +1,5 @@
 /**
- * Issues 5, 15 and 30, SPEC §7 and §12: a tunnel the router cannot route is refused from its
+ * SPEC §7 and §12: a tunnel the router cannot route is refused from its
  * Initial packet, before any handshake work. An Initial is readable by anyone on the path, so
  * the refusal is a transport CONNECTION_CLOSE with APPLICATION_ERROR (0x0c) and no reason phrase
  * (RFC 9000 §10.2.3: an application close cannot be sent before the handshake, and its reason

@@ -1,7 +1,7 @@
 /**
- * Issue 5, SPEC §7: a Pylon's raw QUIC tunnel, dialed to the router's UDP port with the
+ * SPEC §7: a Pylon's raw QUIC tunnel, dialed to the router's UDP port with the
  * advertised host of a Stargate as SNI, reaches that Stargate pod with the same SNI and ALPN
- * (none for none, as real Pylons and Stargates use raw QUIC, issue 15);
+ * (none for none, as real Pylons and Stargates use raw QUIC);
  * the Stargate's requests travel to the Pylon and its answers come back.
  */
 import t from 'tap'

@@ -1,5 +1,5 @@
 /**
- * Issue 15, "1,000 concurrent tunnels": real Pylon-like clients (quinn 0.11 + rustls 0.23, no
+ * "1,000 concurrent tunnels": real Pylon-like clients (quinn 0.11 + rustls 0.23, no
  * ALPN, one quinn process holding every connection) → the router → one real Stargate-like
  * quinn server (no ALPN, echoing). All 1,000 tunnels are up at once, each carries a
  * byte-exact request/response on a stream of its own, the router's counters and metrics

@@ -1,5 +1,5 @@
 /**
- * Issue 15, tunnel-port security (SPEC §8, §12): --client-ca-path applies to the tunnel port
+ * Tunnel-port security (SPEC §8, §12): --client-ca-path applies to the tunnel port
  * too: a Pylon without a valid client certificate is refused in the handshake, one with a
  * valid certificate gets its tunnel; a client-trust change closes tunnels whose Pylon
  * certificate no longer verifies and leaves the others. The Pylons are quinn + rustls

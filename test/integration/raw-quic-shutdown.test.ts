@@ -1,5 +1,5 @@
 /**
- * Issue 5, SPEC §11: on shutdown the raw QUIC listener stops taking tunnels (a Pylon that
+ * SPEC §11: on shutdown the raw QUIC listener stops taking tunnels (a Pylon that
  * arrives is refused from its Initial: APPLICATION_ERROR, which carries no reason there, RFC 9000
  * §10.2.3) and, after the drain, closes the open ones on both legs with application code 0 and
  * reason 'router shutdown'.

@@ -1,5 +1,5 @@
 /**
- * Issue 5, SPEC §7 (the Rust router dropped these): stream resets, STOP_SENDING and
+ * SPEC §7 (the Rust router dropped these): stream resets, STOP_SENDING and
  * connection closes cross the tunnel with their codes and reasons, in both directions.
  */
 import t from 'tap'

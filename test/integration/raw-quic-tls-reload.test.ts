@@ -1,5 +1,5 @@
 /**
- * Issue 5 with SPEC §8: the raw QUIC listener takes its identity from the TLS manager per new
+ * SPEC §8: the raw QUIC listener takes its identity from the TLS manager per new
  * connection, so a renewed certificate is what the next Pylon sees while open tunnels keep
  * running; a change of the trust used to verify Stargate pods closes the tunnels whose pod
  * leg was verified under the old bundle (after a short grace) and new tunnels use the new one.

@@ -1,5 +1,5 @@
 /**
- * Issue 5, SPEC §7: when the Stargate leg cannot be made or breaks, the Pylon's connection is
+ * SPEC §7: when the Stargate leg cannot be made or breaks, the Pylon's connection is
  * closed with a reason that says so (never left hanging until its idle timeout), and the
  * tunnel counts as relay_error; a Stargate that closes its tunnel has its code and reason
  * carried to the Pylon.

@@ -1,4 +1,4 @@
-// Issue 3, SPEC §5 error table: every way a registration can fail reaches the Pylon as a
+// SPEC §5 error table: every way a registration can fail reaches the Pylon as a
 // trailers-only gRPC status with the documented code and message, and the router keeps
 // serving other streams. Clients: @grpc/grpc-js, node:http2, and raw frames (hpack.js) for
 // a request without :authority, which Node's client cannot send.

@@ -1,4 +1,4 @@
-// Issue 3, SPEC §5: RegisterInferenceServer is forwarded by :authority to the pod it names,
+// SPEC §5: RegisterInferenceServer is forwarded by :authority to the pod it names,
 // transparently (metadata, messages, trailers), over pooled HTTP/2 sessions. Independent
 // client: @grpc/grpc-js (test/fixtures/pylon.ts); stub Stargates on distinct loopback IPs
 // behind the fake API server.

@@ -1,9 +1,9 @@
-// Issue 14, SPEC §5 and §12: no bytes from a Stargate pod may end the router. A pod answering
+// SPEC §5 and §12: no bytes from a Stargate pod may end the router. A pod answering
 // a registration with frames no correct HTTP/2 server sends (written raw, see
 // test/fixtures/raw-h2.ts) costs that one stream an UNAVAILABLE, so the Pylon registers again;
-// the router stays up, /livez answers and other registrations keep working. Before the fix, two
-// content-type fields made respond() throw ERR_HTTP2_HEADER_SINGLE_VALUE inside an event
-// handler and the process exited.
+// the router stays up, /livez answers and other registrations keep working. The failure mode:
+// two content-type fields make respond() throw ERR_HTTP2_HEADER_SINGLE_VALUE inside an event
+// handler, which ends the process.
 import t from 'tap'
 import * as grpc from '@grpc/grpc-js'
 import { StubPods } from '../fixtures/stub-pods.ts'

@@ -1,4 +1,4 @@
-// Issue 3 and 13: the front door terminates TLS when --front-door-tls is set (ALPN h2), with
+// The front door terminates TLS when --front-door-tls is set (ALPN h2), with
 // optional client-certificate verification, and can dial pods over TLS (--upstream-tls).
 // Independent clients: @grpc/grpc-js and Debian's python3-grpcio.
 import t from 'tap'

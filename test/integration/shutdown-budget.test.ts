@@ -1,5 +1,5 @@
 /**
- * SPEC §11, issue 14: SIGTERM ends the router within --shutdown-drain-timeout-ms + 1 s whatever
+ * SPEC §11: SIGTERM ends the router within --shutdown-drain-timeout-ms + 1 s whatever
  * is open, and exits 0. A router in a child process (server/main.ts, as operators run it) holds
  * at once: a response a pod streams forever (SSE), a request to a pod that never answers, an
  * idle keep-alive connection, a partial request head, an h2c session with a Watch stream, a raw

@@ -1,10 +1,10 @@
-// Issue 13: the router is a drop-in for the Rust stargate-k8s-router under the upstream chart.
+// The router is a drop-in for the Rust stargate-k8s-router under the upstream chart.
 // server/main.ts runs in a child process with exactly the argument list the upstream chart
 // renders for the backend router (every flag of it, once in `--flag=value` form and once in
 // `--flag value` form, the namespace once as a flag and once from POD_NAMESPACE), discovering
 // a pod from a fake kube-apiserver through KUBECONFIG (listed as upstream's headless
-// publishNotReadyAddresses Service lists a Stargate in its warm-up: ready, not serving, issue
-// 31). Two clients this project did not write,
+// publishNotReadyAddresses Service lists a Stargate in its warm-up: ready, not serving). Two
+// clients this project did not write,
 // @grpc/grpc-js and Debian's python3-grpcio, reach it over insecure h2c, as a Pylon behind the
 // TLS-terminating Gateway does: WatchStargates carries the fields the Rust router sends, and a
 // registration reaches the pod. On SIGTERM both RPCs end UNAVAILABLE "router is shutting down".

@@ -1,5 +1,5 @@
 /**
- * Issue 17 (one lifecycle): a start-up that fails late — the tunnel port is taken, after the
+ * A start-up that fails late — the tunnel port is taken, after the
  * TLS material, discovery, the pod pools, the health port and the front door have started —
  * closes all of it, last started first (server/closer-stack.ts). Before, it closed some by hand
  * and left the HTTP pods and the upstream pool open. Checked in a child process on real

@@ -1,4 +1,4 @@
-// SPEC §8 (issue #4 "Bad input"): every kind of bad TLS material, swapped into a mounted
+// SPEC §8: every kind of bad TLS material, swapped into a mounted
 // Secret the way kubelet swaps it, is rejected with its reason; the router keeps serving the
 // last-known-good material, and the rejection is counted once. The same material at start-up
 // stops the router with a message naming the material, the path and the reason.

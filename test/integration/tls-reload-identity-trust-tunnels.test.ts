@@ -1,5 +1,5 @@
 /**
- * Issue 17 with SPEC §7, §8: without --upstream-tls-cert-path the router's own certificate file
+ * SPEC §7, §8: without --upstream-tls-cert-path the router's own certificate file
  * is the trust that verifies Stargate pods (as the Rust router). Renewing that file is then an
  * upstream-trust change on every leg, decided once in lib/tls/trust-policy.ts: what was dialled
  * under the old file closes (HTTP/2 GOAWAY, raw QUIC after the 5 s grace, WebTransport with a

@@ -1,4 +1,4 @@
-// Issue 4 through the router (SPEC §8): TLS material mounted like a Kubernetes Secret
+// TLS hot reload through the router (SPEC §8): TLS material mounted like a Kubernetes Secret
 // (`..data` swaps) is picked up by the front door for new handshakes without a restart,
 // rejected material keeps the last good one, and a changed trust bundle closes exactly the
 // connections it no longer trusts. Clients: @grpc/grpc-js and node:tls.

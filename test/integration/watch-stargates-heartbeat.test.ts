@@ -48,7 +48,7 @@ t.test('an unchanged set is re-sent every --watch-heartbeat-ms', async (t) => {
 })
 
 t.test('with an hour-long --watch-heartbeat-ms nothing follows the first message while the set is unchanged', async (t) => {
-  // 0 no longer disables heartbeats: it is refused at start-up, as in the Rust router (issue 13).
+  // 0 does not disable heartbeats: it is refused at start-up, as in the Rust router.
   const kr = await startKubeRouter(t, { fake: await fakeWithOneSlice(), args: ['--watch-heartbeat-ms', '3600000'] })
   const watcher = kr.watch()
   await watcher.nextWithIds(['stargate-0', 'stargate-1'])
@@ -58,7 +58,7 @@ t.test('with an hour-long --watch-heartbeat-ms nothing follows the first message
   t.equal(await kr.metric('stargate_k8s_router_watch_messages_sent_total', { reason: 'heartbeat' }), 0)
 })
 
-// Issue 31: upstream sends the unchanged set exactly --watch-heartbeat-ms after the last
+// Upstream sends the unchanged set exactly --watch-heartbeat-ms after the last
 // message on a stream. A shared interval that skipped watchers "sent to recently" let a gap
 // reach 1.5 heartbeats (a change just after a tick: the next tick skipped, the one after
 // sent), and shrank the gap after a change to as little as half a heartbeat. Here the hub's

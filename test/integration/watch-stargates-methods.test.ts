@@ -24,10 +24,9 @@ t.test('an unknown gRPC method answers UNIMPLEMENTED', async (t) => {
   }
 })
 
-// Issue 2 pinned RegisterInferenceServer to UNIMPLEMENTED until forwarding existed; issue 3
-// (registration forwarding, SPEC §5) changed that, so this test now checks that the method
-// is served: a registration whose :authority is not an advertised Stargate host is refused
-// with INVALID_ARGUMENT, never UNIMPLEMENTED.
+// RegisterInferenceServer is served (registration forwarding, SPEC §5), never UNIMPLEMENTED:
+// a registration whose :authority is not an advertised Stargate host is refused with
+// INVALID_ARGUMENT.
 t.test('RegisterInferenceServer is served: an authority outside the hostname template answers INVALID_ARGUMENT, not UNIMPLEMENTED', async (t) => {
   const kr = await startKubeRouter(t)
   const client = createGrpcClient(kr.address, { authority: 'not-a-stargate.example' })

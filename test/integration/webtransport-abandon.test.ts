@@ -1,5 +1,5 @@
 /**
- * Issue 6, bad input: 1,000 WebTransport sessions opened and abandoned — Pylons that crash
+ * Bad input: 1,000 WebTransport sessions opened and abandoned — Pylons that crash
  * before the pod answers, right after the session is up, in the middle of a stream, or that
  * drop their connection under an open session — leave the router healthy, with no session or
  * upstream connection left over and no memory held for them.

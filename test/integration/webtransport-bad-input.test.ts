@@ -1,5 +1,5 @@
 /**
- * Issue 6, bad input: every malformed or unroutable session request gets a clear HTTP
+ * Bad input: every malformed or unroutable session request gets a clear HTTP
  * answer and a counted outcome; a pod's refusal reaches the Pylon as the pod gave it; a pod
  * that cannot be reached gives 502 within --connect-timeout-ms; a leg that dies mid-stream
  * closes the other, and the router keeps serving.
@@ -89,7 +89,7 @@ t.test('a pod that refuses connections gives 502', async (t) => {
   t.equal(opened.body.trim(), 'failed to connect to stargate target')
   t.ok(Date.now() - started < CONNECT_TIMEOUT_MS + 2000, 'answered without waiting for long')
   t.equal(await c.metric('upstream_connect_error'), 1)
-  t.equal(await c.metric('accepted'), 1, 'accepted once routed by SNI, before the upstream failed (issue 13)')
+  t.equal(await c.metric('accepted'), 1, 'accepted once routed by SNI, before the upstream failed')
 })
 
 t.test('a pod that accepts TCP but never speaks TLS gives 502 after the connect timeout', async (t) => {

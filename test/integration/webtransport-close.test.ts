@@ -1,5 +1,5 @@
 /**
- * Issue 6, SPEC §7, §8, §11: closing either side of a bridged WebTransport session closes
+ * SPEC §7, §8, §11: closing either side of a bridged WebTransport session closes
  * the other with the same code and reason; the router closes sessions itself with a reason
  * when it shuts down (`router shutdown`), when the upstream trust bundle is replaced
  * (outcome trust_replaced) and when a session stays idle.

@@ -1,5 +1,5 @@
 /**
- * Issue 16: WebTransport-over-HTTP/3 sessions opened and abandoned in every phase (before the pod
+ * WebTransport-over-HTTP/3 sessions opened and abandoned in every phase (before the pod
  * answers, idle, in the middle of a stream, by dropping the connection without a word) leave no
  * tunnel, no upstream connection and no session slot behind.
  */

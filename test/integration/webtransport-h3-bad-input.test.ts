@@ -1,5 +1,5 @@
 /**
- * Issue 16: nothing a Pylon sends over HTTP/3 crashes, stalls or poisons the router. A raw QUIC
+ * Nothing a Pylon sends over HTTP/3 crashes, stalls or poisons the router. A raw QUIC
  * client (ALPN h3, no HTTP/3 library) writes malformed frames, wrong stream types and QPACK
  * the router cannot decode: each closes that connection with the RFC's HTTP/3 error code (what
  * the client sees), a malformed capsule ends only its session, and the router keeps serving.

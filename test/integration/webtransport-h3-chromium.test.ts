@@ -1,5 +1,5 @@
 /**
- * Issue 16: a real browser through the router. Chromium's WebTransport (the most widely
+ * A real browser through the router. Chromium's WebTransport (the most widely
  * deployed implementation; draft-02 by default) opens a session from a page on localhost
  * through the router's UDP tunnel port to a Stargate fixture, echoes on bidi streams opened by
  * each side, sends uni streams both ways and datagrams both ways, and closes with a code and

@@ -1,5 +1,5 @@
 /**
- * Issue 16, SPEC §7, §8, §11: how WebTransport-over-HTTP/3 sessions end. A close capsule's code
+ * SPEC §7, §8, §11: how WebTransport-over-HTTP/3 sessions end. A close capsule's code
  * and reason cross the router both ways, as do drain capsules and the CONNECT stream's FIN (the
  * Rust h3 client sends it right after its request and keeps the session); a QUIC connection's
  * close code and reason reach the other leg; a Pylon that ends its session and goes silent (as

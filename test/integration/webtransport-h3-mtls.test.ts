@@ -1,5 +1,5 @@
 /**
- * Issue 16, SPEC §7, §8: --client-ca-path applies to WebTransport over HTTP/3 too: a Pylon
+ * SPEC §7, §8: --client-ca-path applies to WebTransport over HTTP/3 too: a Pylon
  * without a client certificate from that CA is refused in the QUIC handshake and never reaches
  * a pod; one with such a certificate is bridged. A client-trust change closes the sessions
  * whose certificate no longer verifies (trust_replaced).

@@ -1,10 +1,10 @@
 /**
- * Issue 16: once a session is bridged, the addon pairs the session's new WebTransport streams
- * itself (lib/quic/native/src/bridge.c): a new stream no longer waits for the router's event
- * loop (STREAM_OPENED → header read → partner open → splice in TypeScript), which is what made
+ * Once a session is bridged, the addon pairs the session's new WebTransport streams
+ * itself (lib/quic/native/src/bridge.c): a new stream does not wait for the router's event
+ * loop (STREAM_OPENED → header read → partner open → splice in TypeScript), which would make
  * the added latency grow with the messages in flight. Streams that are not the session's
- * (another session id, a header the bridge cannot match) still go to TypeScript and are
- * refused there, as before. Byte-exact both ways, counted by the engine.
+ * (another session id, a header the bridge cannot match) go to TypeScript and are refused
+ * there. Byte-exact both ways, counted by the engine.
  */
 import t from 'tap'
 import { H3Cluster } from '../fixtures/h3-cluster.ts'

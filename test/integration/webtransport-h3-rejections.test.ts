@@ -1,5 +1,5 @@
 /**
- * Issue 16, SPEC §7: every way a WebTransport-over-HTTP/3 session is refused, with what the
+ * SPEC §7: every way a WebTransport-over-HTTP/3 session is refused, with what the
  * Pylon sees and the outcome counted. SNI rejections close the QUIC connection from the
  * Initial (APPLICATION_ERROR with no reason phrase, RFC 9000 §10.2.3; the reason is in the
  * router's metrics and log);

@@ -1,5 +1,5 @@
 /**
- * Issue 16, SPEC §7: WebTransport over HTTP/3 on the tunnel's UDP port, as the Rust router,
+ * SPEC §7: WebTransport over HTTP/3 on the tunnel's UDP port, as the Rust router,
  * the real Pylon and the real Stargate speak it. A Pylon (the HTTP/3 client on the QUIC engine)
  * reaches the pod its SNI names with every CONNECT field as sent; streams opened by either side,
  * bidirectional and unidirectional, cross intact in both directions, with FIN and reset codes;

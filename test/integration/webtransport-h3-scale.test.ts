@@ -1,5 +1,5 @@
 /**
- * Issue 16: 500 concurrent WebTransport-over-HTTP/3 sessions through one router, each used, then
+ * 500 concurrent WebTransport-over-HTTP/3 sessions through one router, each used, then
  * closed (sessions opened and abandoned: webtransport-h3-abandon.test.ts).
  */
 import t from 'tap'

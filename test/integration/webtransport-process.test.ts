@@ -1,5 +1,5 @@
 /**
- * Issue 6: rejected or aborted WebTransport sessions never take the router down. The router
+ * Rejected or aborted WebTransport sessions never take the router down. The router
  * runs as `node server/main.ts` in a child process here, so a crash (an unhandled rejection
  * or exception anywhere in the session path) would end the process and fail the test,
  * rather than being caught by the test runner. Also: the start-up log says which

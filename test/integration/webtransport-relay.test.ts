@@ -1,5 +1,5 @@
 /**
- * Issue 6, SPEC §7: a Pylon's WebTransport session to /_stargate/webtransport reaches the
+ * SPEC §7: a Pylon's WebTransport session to /_stargate/webtransport reaches the
  * Stargate pod named by its TLS server name (or :authority without one), with every CONNECT
  * header as the Pylon sent it. Pods are stub Stargate WebTransport endpoints on their own
  * loopback IPs; each greets a session with its pod name on a unidirectional stream.

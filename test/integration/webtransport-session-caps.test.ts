@@ -1,5 +1,5 @@
 /**
- * Issue 16 (from the review of issue 14): over HTTP/2 every WebTransport session has an
+ * Over HTTP/2 every WebTransport session has an
  * upstream TCP+TLS+HTTP/2 connection of its own, so one Pylon connection could make the
  * router open up to 1,000 connections to a pod. Sessions are capped per Pylon connection
  * (--webtransport-max-sessions-per-connection, 429) and in total (--webtransport-max-sessions,

@@ -1,5 +1,5 @@
 /**
- * Issue 6, SPEC §7: a bridged session carries bidirectional and unidirectional streams
+ * SPEC §7: a bridged session carries bidirectional and unidirectional streams
  * opened by either side, and datagrams, with backpressure; a stream whose reader stalls does
  * not hold up the others. Payloads are compared by SHA-256 at the far end.
  *

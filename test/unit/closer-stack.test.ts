@@ -1,4 +1,4 @@
-// server/closer-stack.ts (issue 17, one lifecycle): what started is closed last-started-first,
+// server/closer-stack.ts (one lifecycle): what started is closed last-started-first,
 // each closer awaited before the next, once; a closer still running at the deadline is named
 // and does not keep the ones after it from being called.
 import t from 'tap'

@@ -1,4 +1,4 @@
-// SPEC §2, issue 13: flag defaults (the Rust router's names and defaults plus our own flags),
+// SPEC §2: flag defaults (the Rust router's names and defaults plus our own flags),
 // the environment variables every flag reads, and which source wins.
 import t from 'tap'
 import { parseConfig, ConfigError, type Config } from '../../lib/config/config.ts'
@@ -75,10 +75,10 @@ const DEFAULTS: Config = {
   peerService: null,
   logLevel: 'info',
   logFormat: 'json',
-  // Tunnel port defences (issue 15)
+  // Tunnel port defences
   quicRetryThreshold: 500,
   quicMaxHandshakesPerAddress: 64,
-  // Limits and timeouts (issue 14)
+  // Limits and timeouts
   httpUpstreamMaxConnections: 1024,
   httpUpstreamMaxQueue: 1024,
   trustedProxyCidrs: [],
@@ -173,10 +173,10 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'rebalance-max-moves-per-interval': { value: '3', expect: { rebalanceMaxMovesPerInterval: 3 } },
   'log-level': { value: 'debug', expect: { logLevel: 'debug' } },
   'log-format': { value: 'pretty', expect: { logFormat: 'pretty' } },
-  // Tunnel port defences (issue 15)
+  // Tunnel port defences
   'quic-retry-threshold': { value: '50', expect: { quicRetryThreshold: 50 } },
   'quic-max-handshakes-per-address': { value: '8', expect: { quicMaxHandshakesPerAddress: 8 } },
-  // Limits and timeouts (issue 14)
+  // Limits and timeouts
   'http-upstream-max-connections': { value: '8', expect: { httpUpstreamMaxConnections: 8 } },
   'http-upstream-max-queue': { value: '0', expect: { httpUpstreamMaxQueue: 0 } },
   'trusted-proxy-cidrs': { value: '10.0.0.0/8', expect: { trustedProxyCidrs: ['10.0.0.0/8'] } },

@@ -1,4 +1,4 @@
-// Issue 31, SPEC §2: --grpc-pylon-dial-addr and --remote-stargate-url follow upstream's shared
+// SPEC §2: --grpc-pylon-dial-addr and --remote-stargate-url follow upstream's shared
 // parser (parse_explicit_http_uri, NVIDIA/nvcf#1299, also what Pylons apply): trimmed, an
 // explicit http:// or https:// authority and nothing after it but one `/`. The failure mode: a
 // value the router accepted and wrote into every StargateInfo, such as `https://gw:443/pylon`

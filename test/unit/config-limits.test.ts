@@ -1,4 +1,4 @@
-// Issue 14: the limits and timeouts flags fail start-up with one line naming the flag when
+// The limits and timeouts flags fail start-up with one line naming the flag when
 // their values are out of range or malformed.
 import t from 'tap'
 import { ConfigError, parseConfig, type Config } from '../../lib/config/config.ts'

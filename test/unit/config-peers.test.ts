@@ -1,4 +1,4 @@
-// SPEC §10, issue 9: peer discovery is opt-in and fails start-up when it could not work —
+// SPEC §10: peer discovery is opt-in and fails start-up when it could not work —
 // without the router's own Service (or a peers file), or through the Service without POD_IP
 // and POD_NAME, since the replica could not tell itself from its peers.
 import t from 'tap'

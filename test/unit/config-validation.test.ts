@@ -1,4 +1,4 @@
-// SPEC §2, issue 13: invalid configuration fails start-up with one line naming the flag and
+// SPEC §2: invalid configuration fails start-up with one line naming the flag and
 // the fix. Each row is the exact ConfigError a user sees (server/main.ts prints it) and its
 // exit code: 2 for a usage error (unknown flag, missing value, a value not of the flag's
 // type, a missing required flag), 1 for a configuration that parses but is invalid.
@@ -310,7 +310,7 @@ const CASES: readonly Case[] = [
     exitCode: 2,
     message: `${DIAL_RULE}: got 'https://router.example:65536', whose port is not a number from 1 to 65535; ${DIAL_EXAMPLE}`,
   },
-  // Issue 31: upstream's shared parser refuses a path, a query, a fragment, port 0 and an empty port.
+  // Upstream's shared parser refuses a path, a query, a fragment, port 0 and an empty port.
   {
     why: 'a dial address with a path',
     argv: ['--grpc-pylon-dial-addr', 'https://gw.example.com:443/pylon'],
@@ -481,7 +481,7 @@ t.test('--help returns the help text listing every flag, its environment variabl
   t.ok(lines.includes('  --help'))
 })
 
-// Issue 31: --help showed `<ms|n>` for every number, ports included.
+// --help names the kind of each value, not one `<ms|n>` for every number.
 t.test('--help names what each value is: <port> for ports, <ms> for durations, <host:port> for addresses', async (t) => {
   const lines = helpText().split('\n')
   const shown = (flag: string): string | undefined => lines.find((line) => line.startsWith(`  --${flag} `) || line === `  --${flag}`)

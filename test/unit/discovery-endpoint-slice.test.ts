@@ -53,7 +53,7 @@ function ready (identity: string, address: string, extra: Partial<PodTarget> = {
   return { target: target(identity, address, extra), ready: true }
 }
 
-// Issue 13: the upstream router dropped the hostname fallback; so do we.
+// The upstream router dropped the hostname fallback; so do we.
 t.test('rule 1: the identity is the name of a Pod targetRef only, else the endpoint is skipped', async (t) => {
   const cases: Array<[string, Record<string, unknown>, string | null]> = [
     ['Pod targetRef', { targetRef: { kind: 'Pod', name: 'stargate-0' } }, 'stargate-0'],
@@ -84,7 +84,7 @@ t.test('rule 1: an endpoint with only an IP address is skipped as no_identity, n
   for (const o of parsed.observations) t.notMatch(o.identity, /^\d+-\d+-\d+-\d+$/)
 })
 
-// Issue 31: upstream (stargate v0.14.2, NVIDIA/nvcf#1271/#1272, router fix 148daaf6) takes
+// Upstream (stargate v0.14.2, NVIDIA/nvcf#1271/#1272, router fix 148daaf6) takes
 // `ready` and not `terminating` whatever `serving` says, so that a warming Stargate behind a
 // publishNotReadyAddresses Service (ready=true, serving=false) gets its Pylons. Requiring
 // `serving` dropped every warming Stargate: it turned ready with no Pylon registered.

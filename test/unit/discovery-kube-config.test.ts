@@ -1,4 +1,4 @@
-// Issue 14: a malformed kubeconfig is reported by file, line and column, without quoting its
+// A malformed kubeconfig is reported by file, line and column, without quoting its
 // lines (the YAML parser's message shows the lines around the error, and they hold tokens).
 import t, { type Test } from 'tap'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'

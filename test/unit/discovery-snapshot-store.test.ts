@@ -272,7 +272,7 @@ t.test('a snapshot handed out is never changed by later changes', async (t) => {
   t.equal(store.current().targets.length, 103)
 })
 
-// Issue 31: a pod that merely turns unready (listed, not ready, not terminating) is no target,
+// A pod that merely turns unready (listed, not ready, not terminating) is no target,
 // but the snapshot keeps it apart from a terminating or gone one, so that registrations and
 // tunnels already relayed to it are kept while only terminating or gone pods are drained.
 t.test('an unready pod leaves the targets for the unready pods, and comes back; a terminating one leaves both', async (t) => {

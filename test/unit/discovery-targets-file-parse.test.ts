@@ -153,7 +153,7 @@ t.test('a file of the wrong shape is rejected', async (t) => {
   }
 })
 
-t.test('a target namespace must be a DNS label, as a peer namespace must (issue 17: one rule)', async (t) => {
+t.test('a target namespace must be a DNS label, as a peer namespace must (one rule)', async (t) => {
   const entry = { identity: 'stargate-0', address: '10.0.0.1', grpcPort: 50051, quicPort: 50052 }
   const text = JSON.stringify([{ ...entry, namespace: 'Bad_NS' }, { ...entry, identity: 'stargate-1', namespace: '' }])
   const result = parseWatchedList(text, TARGETS_FILE, 'default-ns')

@@ -1,4 +1,4 @@
-// The DNS name rules Kubernetes applies to object names, one copy for targets, peers and flags (issue 17).
+// The DNS name rules Kubernetes applies to object names, one copy for targets, peers and flags.
 import t from 'tap'
 import { isDnsLabel, isDnsSubdomain, isServiceName } from '../../lib/dns-name.ts'
 

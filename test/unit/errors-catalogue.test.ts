@@ -1,4 +1,4 @@
-// Issue 17 (STYLE "a test keeps codes, docs and types in step", as fastify's
+// As STYLE asks ("a test keeps codes, docs and types in step", as fastify's
 // test/internals/errors.test.js): every code of the error catalogue (lib/errors.ts) is
 // documented, is sent by some source file, and docs/errors.md is what `npm run docs` renders.
 // A code nobody references is a stale row: the docs would promise an error that never comes.

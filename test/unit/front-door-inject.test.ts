@@ -1,4 +1,4 @@
-// Issue 17, the front door on Fastify: the HTTP error paths through Fastify's lifecycle, driven
+// The front door on Fastify: the HTTP error paths through Fastify's lifecycle, driven
 // with app.inject (no socket). Every answer carries the catalogue's status, JSON body and
 // x-stargate-error-code (lib/http-forward/errors.ts); requests Fastify itself would refuse
 // (a media type it cannot parse, a path it cannot decode) are forwarded as before, not 415/400;

@@ -1,6 +1,6 @@
 /**
  * SETTINGS (RFC 9114 §7.2.4) and the WebTransport draft negotiation. The peers' SETTINGS
- * below are the ones issue 16 measured: Chromium 156 by default (draft-02 only), Chromium
+ * below are the ones measured from deployed peers: Chromium 156 by default (draft-02 only), Chromium
  * with the draft-07 flag, and the Rust h3 crate 0.0.8 under the real Pylon and Stargate.
  */
 import t from 'tap'

@@ -1,4 +1,4 @@
-// lib/health/connection-cap.ts (issue 30): at the health port's cap a new connection is always
+// lib/health/connection-cap.ts: at the health port's cap a new connection is always
 // taken, and the one closed to make room is the oldest without a request in flight, else the
 // oldest of all; below the cap nothing is closed. Table-driven over the accept order.
 import t from 'tap'

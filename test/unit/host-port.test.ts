@@ -1,4 +1,4 @@
-// The one host:port rule (issue 17): the port colon is the last colon after any `]`.
+// The one host:port rule: the port colon is the last colon after any `]`.
 import t from 'tap'
 import { formatHost, splitHostPort } from '../../lib/host-port.ts'
 

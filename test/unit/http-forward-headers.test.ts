@@ -1,4 +1,4 @@
-// Issue 14, SPEC §6: which forwarding fields reach a pod (trusted proxies or not), requests
+// SPEC §6: which forwarding fields reach a pod (trusted proxies or not), requests
 // naming two hosts, and the CIDR syntax of --trusted-proxy-cidrs. Pure rules, table-driven.
 import t from 'tap'
 import { upstreamRequestHeaders, type ForwardedFor } from '../../lib/http-forward/headers.ts'

@@ -1,4 +1,4 @@
-// Issue 30, SPEC §12: the pure rules behind "a slow client costs a pod nothing it cannot
+// SPEC §12: the pure rules behind "a slow client costs a pod nothing it cannot
 // afford": which client a request counts against for the per-client share (the TCP peer, or
 // what a trusted proxy says in x-forwarded-for; IPv6 by /64), how many requests that share
 // allows, when a body is too silent, too slow or too late, and how a body read before its pod

@@ -1,4 +1,4 @@
-// Issue 13: the image. The Dockerfile is multi-stage (a builder that compiles the QUIC addon over
+// The image. The Dockerfile is multi-stage (a builder that compiles the QUIC addon over
 // Debian's ngtcp2 + GnuTLS with npm ci, a slim runtime with their shared libraries) and answers
 // to /usr/local/bin/stargate-k8s-router, as the Rust router's image does. These are the facts
 // `npm run image-smoke` relies on, read by the same parser it uses (scripts/dockerfile.ts), and

@@ -1,4 +1,4 @@
-// Issue 17: no import cycle among the modules of lib/ and server/ (lib/quic endpoint↔engine and
+// No import cycle among the modules of lib/ and server/ (lib/quic endpoint↔engine and
 // server/tunnels↔the tunnel wiring were broken by moving the shared types down). A cycle makes
 // load order matter and two modules one; this reads every import and export-from (type-only
 // ones too: they tie the modules as much for a reader) and fails naming the modules of any

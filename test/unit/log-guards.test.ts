@@ -1,4 +1,4 @@
-// Issue 14, SPEC §12: no secret reaches the log, however deep it sits in a logged object, and
+// SPEC §12: no secret reaches the log, however deep it sits in a logged object, and
 // the lines an unauthenticated peer can cause at will are rate-limited per reason, with the
 // suppressed count reported. Asserted on the JSON lines written (pino's own test style).
 import t from 'tap'

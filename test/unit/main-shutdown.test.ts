@@ -1,4 +1,4 @@
-// server/main.ts signals in a child process (SPEC §11, issue 13): SIGTERM/SIGINT fail /readyz,
+// server/main.ts signals in a child process (SPEC §11): SIGTERM/SIGINT fail /readyz,
 // drain and exit 0, as soon as nothing is left open; a second signal exits at once; a signal
 // during start-up exits cleanly.
 import t from 'tap'
@@ -51,8 +51,8 @@ t.test('with a Watch stream and an idle keep-alive connection open, SIGTERM exit
 })
 
 t.test('a second signal during a long drain exits at once with code 1', async (t) => {
-  // A pod that reads a forwarded request and never answers keeps the drain busy (issue 14:
-  // idle connections and partial request heads no longer do; they are closed at once).
+  // A pod that reads a forwarded request and never answers keeps the drain busy (idle
+  // connections and partial request heads do not: they are closed at once).
   const pod = net.createServer((socket) => { socket.on('error', () => {}) })
   await new Promise<void>((resolve) => { pod.listen(0, '127.0.1.77', resolve) })
   t.teardown(() => { pod.close() })
@@ -103,9 +103,9 @@ t.test('a signal while the router is still starting exits 0 without finishing th
 })
 
 t.test('a FIFO as the targets file is refused without holding the start-up, and SIGTERM still exits 0', async (t) => {
-  // open(2) of a FIFO with no writer blocks: it used to hold a libuv thread that process.exit()
-  // then waited for, so the router never exited (issue 14). Opened O_NONBLOCK and refused as
-  // not a regular file, it is one more unreadable targets file.
+  // open(2) of a FIFO with no writer blocks, holding a libuv thread that process.exit() then
+  // waits for, so the router would never exit. Opened O_NONBLOCK and refused as not a regular
+  // file, it is one more unreadable targets file.
   const fifo = join(await tempDir(t), 'targets.yaml')
   await exec('mkfifo', [fifo])
   const p = await startProcess(t, ['--discovery', 'file', '--targets-file', fifo, '--grpc-pylon-dial-addr', GRPC_PYLON_DIAL_ADDR,

@@ -1,8 +1,8 @@
-// server/main.ts start-up in a child process (SPEC §2, issue 13): --help, and every start that
+// server/main.ts start-up in a child process (SPEC §2): --help, and every start that
 // cannot work ends with exactly one stderr line, `stargate-router: ` + the flag and the fix,
 // and the Rust router's exit code: 2 for an unknown or malformed flag (or a missing required
 // one), 1 for a configuration that parses but is invalid or a start-up that fails. Here: each
-// start-up error issue 13 names, and one of each other kind; test/unit/config-validation.test.ts
+// start-up error the Rust router has, and one of each other kind; test/unit/config-validation.test.ts
 // has every configuration error's line and exit code.
 import t, { type Test } from 'tap'
 import net from 'node:net'
@@ -63,7 +63,7 @@ t.test('an unknown, removed or malformed flag, or a missing required one, exits 
   ])
 })
 
-// Issue 31: upstream parses both URI flags with one shared parser as clap value parsers, so a
+// Upstream parses both URI flags with one shared parser as clap value parsers, so a
 // malformed value is a usage error (exit 2), one line naming the flag, the problem and the fix.
 t.test('a malformed --grpc-pylon-dial-addr or --remote-stargate-url exits 2 naming the flag', async (t) => {
   await runCases(t, [

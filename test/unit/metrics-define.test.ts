@@ -1,4 +1,4 @@
-// Issue 17: every router metric is registered through lib/metrics/define.ts. These are its
+// Every router metric is registered through lib/metrics/define.ts. These are its
 // rules, seen in the Prometheus text a scrape returns: the prefix, series at 0 for the label
 // values declared up front, none for a label declared without values, and counters that
 // mirror monotonic totals catching up at scrape time without ever going backwards.

@@ -1,4 +1,4 @@
-// SPEC §10, issue 9: when a peer counts as divergent. Pure rules, table-driven: a digest that
+// SPEC §10: when a peer counts as divergent. Pure rules, table-driven: a digest that
 // differs for at least the grace period is divergent; a failed check is an error and never
 // divergence; agreement clears it. And what a /debug/snapshot body must hold to be compared.
 import t from 'tap'

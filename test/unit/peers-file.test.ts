@@ -1,4 +1,4 @@
-// SPEC §10 and §3 rule 8, issue 9: peers from --peers-file follow the targets file's rules:
+// SPEC §10 and §3 rule 8: peers from --peers-file follow the targets file's rules:
 // YAML or JSON, at most 1 MiB, bad entries skipped and logged, and a file that is too large
 // or malformed keeps the last good peer set. Real files in a temp directory.
 import t, { type Test } from 'tap'

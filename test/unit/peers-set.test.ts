@@ -1,4 +1,4 @@
-// SPEC §10, issue 9: the peer set. Changes reach listeners through one notifier, in the
+// SPEC §10: the peer set. Changes reach listeners through one notifier, in the
 // order they were applied (an add followed by a delete of the same peer arrives as add, then
 // delete); this replica is never its own peer; peers() is sorted by id. A buffering listener
 // records what a subscriber sees.

@@ -1,4 +1,4 @@
-// SPEC §10 and §3 rule 2, issue 9: what one EndpointSlice of the router's own Service says
+// SPEC §10 and §3 rule 2: what one EndpointSlice of the router's own Service says
 // about peers. Table-driven over the pure rule (parsePeerSlice): ids from the Pod targetRef
 // or the address, readiness, and the health port with its fallback.
 import t from 'tap'

@@ -1,5 +1,5 @@
 /**
- * Issue 15: a failed QUIC handshake is reported with one bounded reason, from the engine's close
+ * A failed QUIC handshake is reported with one bounded reason, from the engine's close
  * info and the side we played (lib/quic/handshake-failure.ts). Table-driven.
  */
 import t from 'tap'

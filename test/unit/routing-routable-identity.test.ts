@@ -1,4 +1,4 @@
-// Issue 14, SPEC §4: which pod names a host can carry in the template's one DNS label. Names
+// SPEC §4: which pod names a host can carry in the template's one DNS label. Names
 // that cannot (a dot, over 63 characters) are skipped as targets, counted as unroutable_name.
 import t from 'tap'
 import { compileHostnameTemplate, isRoutableIdentity } from '../../lib/routing/hostname-template.ts'

@@ -1,4 +1,4 @@
-// Issue 14, SPEC §8: only regular files inside the mount are read as TLS material. A FIFO in
+// SPEC §8: only regular files inside the mount are read as TLS material. A FIFO in
 // the mount is refused at once (opening one blocks until a writer appears, which hung the
 // reload and, through it, shutdown); so are devices and symlinks whose target leaves the mount
 // directory, and a `..data` link pointing elsewhere. Symlinks that stay inside still work.

@@ -1,4 +1,4 @@
-// Issue 17 "Policy in lib/, wiring in server/", SPEC §7, §8: which bundle verifies Stargate pods
+// Policy in lib/, wiring in server/ (SPEC §7, §8): which bundle verifies Stargate pods
 // on each upstream leg, when a change of TLS material counts as a trust change (it closes what
 // was dialled under the old trust), and which connections the client-trust sweep closes.
 // Table-driven over the legs, the flags and the material.

@@ -1,4 +1,4 @@
-// The safety net's rules (lib/uncaught-errors.ts, issue 30): which uncaught errors concern one
+// The safety net's rules (lib/uncaught-errors.ts): which uncaught errors concern one
 // connection only (counted, the process keeps serving) and which end the process. Errors are
 // Node's own where they are cheap to provoke, so a change in how Node reports them shows here.
 import t from 'tap'

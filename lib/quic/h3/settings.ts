@@ -2,7 +2,7 @@
  * HTTP/3 SETTINGS (RFC 9114 §7.2.4) and the WebTransport draft both ends speak, chosen from
  * the SETTINGS exchange.
  *
- * Deployed peers, measured (issue 16): Chromium 156 offers draft-02 by default — it sends
+ * Deployed peers, measured: Chromium 156 offers draft-02 by default — it sends
  * SETTINGS_ENABLE_WEBTRANSPORT (0x2b603742) = 1, SETTINGS_H3_DATAGRAM 0x33 and its draft-04
  * twin 0xffd277, and a GREASE setting; with a feature flag it also offers draft-07
  * (SETTINGS_WEBTRANSPORT_MAX_SESSIONS 0xc671706a). The Rust `h3` crate (0.0.8) under the real

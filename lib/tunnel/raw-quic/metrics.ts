@@ -18,7 +18,7 @@ export type QuicOutcome = typeof QUIC_OUTCOMES[number]
 const RELAY_DIRECTIONS = ['client_to_stargate', 'stargate_to_client'] as const
 
 /**
- * Why a handshake on the tunnel port was refused or failed (issue 15): the SNI refusals made
+ * Why a handshake on the tunnel port was refused or failed: the SNI refusals made
  * from the Initial, the Pylon leg's handshake failures (lib/quic/handshake-failure.ts), and the
  * same for the leg the router dials to the pod, prefixed upstream_.
  */

@@ -61,7 +61,7 @@ export interface WebTransportH3RelayOptions extends TunnelPortRelayOptions {
   /** Stateless reset key (see QuicListenOptions.resetSecret). */
   readonly resetSecret?: Uint8Array | null
   readonly metrics: WebTransportMetrics
-  /** The tunnel port's QUIC handshake failures, counted as for raw QUIC (issue 15). */
+  /** The tunnel port's QUIC handshake failures, counted as for raw QUIC. */
   readonly handshakeFailures?: RawQuicMetrics['quicHandshakeFailures'] | null
   /** Where tunnels are registered to be drained (shutdown, replica balancing); null: nowhere. */
   readonly connections?: ConnectionRegistry | null

@@ -18,7 +18,7 @@
  *         closed, the relay (shutdown, trust change, the pod leaving the ready set): both
  *         legs are told, and closed after CLOSE_GRACE_MS at the latest — Chromium drops its
  *         connection after a session ends without a CONNECTION_CLOSE, so the router must close
- *         the pod's side itself rather than wait out the idle timeout (issue 16).
+ *         the pod's side itself rather than wait out the idle timeout.
  *
  * The tunnel reports exactly one outcome (onEnd), the metric the relay counts.
  */

@@ -1,12 +1,12 @@
 /*
- * The native stream bridge (issues 15 and 16): once TypeScript has joined two connections with
+ * The native stream bridge: once TypeScript has joined two connections with
  * streamBridge(), a stream the peer of either opens gets its partner on the other leg and is
  * spliced in the same engine turn, never crossing into JavaScript.
  *
- * Why: measured on 2026-12-02 (docs/benchmarks.md, tunnel/webtransport-h3), 1 KiB echoes at 50
- * in flight gained +17.7 ms through the router when each used a new stream and +1.8 ms on
- * streams already spliced: every new stream went STREAM_OPENED -> TypeScript (header read,
- * partner open, splice), so new streams queued behind the router's event loop.
+ * Why (docs/benchmarks.md, tunnel/webtransport-h3): with new streams paired in TypeScript
+ * (STREAM_OPENED -> header read, partner open, splice), 1 KiB echoes at 50 in flight gained
+ * +17.7 ms through the router on new streams against +1.8 ms on streams already spliced: new
+ * streams queued behind the router's event loop.
  *
  *   raw (BRIDGE_RAW)  every peer stream; the twin is opened in stream-ID order so the IDs on
  *                     both legs match (a stream that arrives ahead of lower ones gets the lower

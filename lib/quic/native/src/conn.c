@@ -2,7 +2,7 @@
  * One QUIC connection on ngtcp2: creation (server from an accepted Initial, client dial), the
  * ngtcp2 callbacks, the write loop, timers and close.
  *
- * Rules ngtcp2 sets and this file keeps (ngtcp2 0.12 API, measured on this machine, issue 15):
+ * Rules ngtcp2 sets and this file keeps (ngtcp2 0.12 API, measured on this machine):
  * - never read or write packets from inside a callback: callbacks record events and buffer
  *   bytes, writes happen in conn_write() from the engine turn;
  * - timestamps are nanoseconds (uv_hrtime), settings.initial_ts is set;
@@ -242,7 +242,7 @@ static int recv_tx_key_cb(ngtcp2_conn *conn, ngtcp2_crypto_level level, void *ud
   return 0;
 }
 
-/* The callbacks both roles hand ngtcp2 (one list, issue 17); each table adds its own: the server
+/* The callbacks both roles hand ngtcp2 (one list); each table adds its own: the server
  * answers a client's Initial and refuses 1-RTT keys before the client's transport parameters
  * (recv_tx_key), the client sends the first Initial and may be sent a Retry. */
 #define COMMON_CALLBACKS \
@@ -296,7 +296,7 @@ static void apply_settings(ngtcp2_settings *s, const qtransport *t) {
      but the stream's own limit is not raised with it, and the next frame for the stream announces
      less. The peer then sends up to what it was told and the connection dies with
      FLOW_CONTROL_ERROR (raw-quic-quinn "64 MiB each way": a Stargate's leg closed by the router
-     with ngtcp2 error -211, 2 runs in 125; fixed upstream in ngtcp2 PR 891, "Update
+     with ngtcp2 error -211, 2 runs in 125; fixed upstream in ngtcp2/ngtcp2#891, "Update
      strm->rx.max_offset before writing a frame to packet"). Without tuning the queued value is the
      one the stream's limit gets at its next frame, so the two agree. The connection window keeps
      its tuning: ngtcp2 raises its own limit before writing MAX_DATA. The memory bound is the
@@ -922,11 +922,10 @@ void conn_write(qconn *c) {
       /* A full GSO run (48 packets of 1350 bytes) goes out at once, not after the whole burst
          of up to 4 quanta: the peer decrypts it while the next run is built. The pod leg of a
          bulk relay is window-bound (cwnd ~180 KB), so its rate is cwnd over a round trip that
-         included the whole burst's build time (~150 µs of ~430 µs, measured). Issue 15:
-         quinn → router → quinn +13 to +18 % in three interleaved runs at load ~1, +4 to +8 %
-         at load 2-4 (session 5); with fd71d20 and AES-128-GCM, 238 -> 294 MiB/s and router CPU
-         per GiB +17 %, each run being its own sendmmsg (session 6, docs/benchmarks.md). Packets
-         built after it carry their build time. */
+         included the whole burst's build time (~150 µs of ~430 µs, measured): quinn → router →
+         quinn +13 to +18 % in interleaved runs at load ~1, +4 to +8 % at load 2-4, for router
+         CPU per GiB +17 %, each run being its own sendmmsg (docs/benchmarks.md, quic/engine).
+         Packets built after it carry their build time. */
       engine_flush_tx(c->eng);
       ts = q_now();
     }

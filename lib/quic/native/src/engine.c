@@ -173,7 +173,7 @@ static void arm_timer(qengine *eng) {
 }
 
 /*
- * The addon's share of the process's CPU (issue 15): the thread's CPU time inside the engine's
+ * The addon's share of the process's CPU: the thread's CPU time inside the engine's
  * libuv callbacks, minus the JavaScript they call. Wall time there is no measure of it (the
  * thread is descheduled inside sendmmsg, so it read over 100 % of the process's CPU), and a
  * CLOCK_THREAD_CPUTIME_ID read is a syscall of ~2 µs on this machine: reading it around every

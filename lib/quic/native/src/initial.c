@@ -1,7 +1,7 @@
 /*
  * The ClientHello of a client's Initial packets, read before any connection state exists, so
  * that TypeScript can route (or refuse) by SNI and choose the ALPN and TLS material first
- * (issue 15: "reject a missing or unknown SNI from the Initial, before any handshake work").
+ * ("reject a missing or unknown SNI from the Initial, before any handshake work").
  *
  * Initial packets are protected with keys anyone can derive from the client's Destination
  * Connection ID (RFC 9001 §5.2):

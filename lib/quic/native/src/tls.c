@@ -4,7 +4,7 @@
  * old material is freed when TypeScript releases it and its last connection has ended.
  *
  * ALPN is whatever TypeScript passes, including nothing: GnuTLS never requires it in QUIC (unlike
- * BoringSSL, which refuses a QUIC handshake without ALPN in both roles; issue 15), so any ALPN
+ * BoringSSL, which refuses a QUIC handshake without ALPN in both roles), so any ALPN
  * rule is TypeScript's to apply at accept time.
  *
  * No session tickets are issued or used (GNUTLS_NO_TICKETS): a resumed session would skip the
@@ -20,7 +20,7 @@
    follows the client, and rustls (the Pylon's and the Stargate's stack) asks for AES-256-GCM
    first. A relayed byte is decrypted and encrypted again, and the Pylon and the Stargate each
    encrypt or decrypt it once, so every hop pays for the suite; AES-256 costs 14 rounds a block
-   to AES-128's 10 (issue 15: router CPU per relayed GiB 2.12 -> 2.04 s, medians of 7 interleaved
+   to AES-128's 10 (router CPU per relayed GiB 2.12 -> 2.04 s, medians of 7 interleaved
    runs; docs/benchmarks.md). A peer that offers only AES-256-GCM or ChaCha20 still gets it. */
 static const char PRIORITY[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM:+AES-256-GCM:+CHACHA20-POLY1305:+AES-128-CCM:%SERVER_PRECEDENCE:%DISABLE_TLS13_COMPAT_MODE";
 
