@@ -1,6 +1,6 @@
 /**
- * What the two relays of the tunnel's UDP port share: raw QUIC (raw-quic/relay.ts, issue 15)
- * and WebTransport over HTTP/3 (webtransport-h3/relay.ts, issue 16) are the same port in the
+ * What the two relays of the tunnel's UDP port share: raw QUIC (raw-quic/relay.ts)
+ * and WebTransport over HTTP/3 (webtransport-h3/relay.ts) are the same port in the
  * two modes, so a Pylon meets the same behaviour in both.
  *
  * - HandshakeFailureLog: every refused or failed handshake, of a Pylon (refused from its Initial

@@ -120,7 +120,7 @@ export const REJECTIONS = {
     meaning: 'the router is draining (SIGTERM) and takes no new sessions',
     action: 'none: the Pylon reconnects to another replica',
   },
-  // Session caps (issue 16): counted in webtransport_sessions_refused_total, not as an outcome.
+  // Session caps: counted in webtransport_sessions_refused_total, not as an outcome.
   connection_session_limit: {
     status: 429,
     outcome: null,

@@ -1,5 +1,5 @@
 // The rapid-reset guard (SPEC §12, lib/http2-admission.ts) on a real HTTP/2 server, fed
-// exact frames from a raw socket. Issue 30: streams closed because their connection ended
+// exact frames from a raw socket. Streams closed because their connection ended
 // (the client's FIN or RST, a connection error) were counted as client resets; at 200 the
 // guard tripped and its GOAWAY went to the destroyed session, which threw from a stream
 // 'close' handler and ended the process. A connection that ends is no attack; 200 streams the

@@ -19,9 +19,9 @@
  *
  * Streams the Pylon opens while the pod leg is still connecting wait unread (flow control
  * holds the Pylon back). Reasons sent to a peer are from TUNNEL_CLOSE_REASONS or name the failure by
- * a short code, never an internal error message (issue 14).
+ * a short code, never an internal error message.
  *
- * Tunnels follow the snapshot (issue 15): when their pod leaves the ready set (or moves to
+ * Tunnels follow the snapshot: when their pod leaves the ready set (or moves to
  * another address), they are closed with 'target stargate left the ready set' after
  * --drain-grace-ms, unless it comes back first, as registrations are. A refused or failed
  * handshake is counted by reason and logged once per reason per minute.

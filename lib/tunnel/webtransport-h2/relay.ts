@@ -23,7 +23,7 @@
  * close(reason) (every session left gets a close capsule with the reason, what has not
  * finished CLOSE_GRACE_MS later is reset). close() is idempotent.
  *
- * Caps (issue 16, from review of issue 14): every session has an upstream connection of its
+ * Caps: every session has an upstream connection of its
  * own (its SETTINGS carry the Pylon's flow control, see upstream.ts), so the
  * sessions a Pylon connection may hold at once (--webtransport-max-sessions-per-connection,
  * 429 above it) and the sessions of the whole relay (--webtransport-max-sessions, 503), pending
