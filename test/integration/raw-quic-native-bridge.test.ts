@@ -1,7 +1,7 @@
 /**
- * Issue 15/16: the addon pairs every stream of a raw QUIC tunnel itself
- * (lib/quic/native/src/bridge.c), from the Pylon's first one on, with a twin of the same stream
- * ID on the other leg, in the same engine turn. Streams the Pylon opens before the pod leg is up
+ * The addon pairs every stream of a raw QUIC tunnel itself (lib/quic/native/src/bridge.c), from
+ * the Pylon's first one on, with a twin of the same stream ID on the other leg, in the same
+ * engine turn. Streams the Pylon opens before the pod leg is up
  * wait unread in the addon; a Stargate that allows few concurrent streams makes the rest wait
  * natively, in order, until it grants more (MAX_STREAMS): none is lost or reordered, and the IDs
  * still match. Peers are quinn-peer, configured as the real Pylon and Stargate (no ALPN).

@@ -19,9 +19,9 @@
  *   closing peer had sent, within CLOSE_FLUSH_MS): 'completed' or 'relay_error'
  *
  * Streams the Pylon opens while the pod leg is still connecting wait unread in the engine (flow
- * control holds the Pylon back) and are paired once it is up. Reasons sent to a peer are from
- * TUNNEL_CLOSE_REASONS or name the failure by
- * a short code, never an internal error message (issue 14).
+ * control holds the Pylon back, within the stream limits the router advertises) and are paired
+ * once it is up. Reasons sent to a peer are from TUNNEL_CLOSE_REASONS or name the failure by a
+ * short code, never an internal error message.
  *
  * Tunnels follow the snapshot (issue 15): when their pod leaves the ready set (or moves to
  * another address), they are closed with 'target stargate left the ready set' after
