@@ -141,10 +141,10 @@ t.test('a Pylon whose CONNECTION_CLOSE never leaves (quinn 0.11, congestion-bloc
  * and a higher stream waiting for credit that holds back the lower ones whose ends would renew
  * it (the tunnel stalled for good).
  */
-t.test('streams the Pylon opens before the pod leg is up, highest ID first and beyond the Stargate\'s limit, wait in the addon and are all relayed intact with matching IDs', { skip }, async (t) => {
+t.test('streams the Pylon opens before the pod leg is up, highest ID first and beyond the Stargate\'s limits, wait in the addon and are all relayed intact with matching IDs', { skip }, async (t) => {
   // The pod leg's handshake waits for the Pylon's streams: a connect timeout that allows for it.
   const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.168', args: ['--connect-timeout-ms', '20000'] })
-  const stargate = await cluster.addQuinnPod('stargate-0', '127.0.168.10', { accept: 'echo', maxBidiStreams: 2 })
+  const stargate = await cluster.addQuinnPod('stargate-0', '127.0.168.10', { accept: 'echo', maxBidiStreams: 2, maxUniStreams: 1 })
   const engine = fixtureEngine()
   const baseline = await baselineOf(engine)
   // Frozen, the pod answers nothing: the router's handshake with it cannot complete meanwhile.
@@ -154,21 +154,34 @@ t.test('streams the Pylon opens before the pod leg is up, highest ID first and b
   await pylon.established(1)
   const ids: number[] = []
   for (let i = 0; i < 10; i++) ids.push(await pylon.open(1, 'bi'))
+  const unis: number[] = []
+  for (let i = 0; i < 3; i++) unis.push(await pylon.open(1, 'uni'))
   let total = 0
+  // Highest first, bidi and uni interleaved: each kind is paired in its own ID order.
   for (let i = ids.length - 1; i >= 0; i--) {
     await pylon.write(1, ids[i] as number, { bytes: 30_000 + i, seed: 60 + i })
     // Resolves once the router acknowledged every byte and the FIN: the stream is in.
     await pylon.finish(1, ids[i] as number)
     total += 30_000 + i
+    const u = i - (ids.length - unis.length)
+    if (u >= 0) {
+      await pylon.write(1, unis[u] as number, { bytes: 20_000 + u, seed: 80 + u })
+      await pylon.finish(1, unis[u] as number)
+      total += 20_000 + u
+    }
   }
   t.equal(engine.counters().bridgedStreams, baseline.bridgedStreams, 'none was paired while the pod leg was down')
   t.ok(engine.counters().bufferedBytes - baseline.bufferedBytes >= total, 'their bytes wait unread in the addon')
   stargate.resume()
+  const { conn } = await stargate.waitEvent('connected')
   const echoes = await Promise.all(ids.map(async (id) => await pylon.recvDone(1, id, 30_000)))
-  t.same(echoes.map((e) => [e.sha256, e.fin]), ids.map((_, i) => [patternSha256(60 + i, 30_000 + i), true]), '10 streams, 2 at a time at the pod, each echoed intact with its FIN')
-  const atPod = stargate.events.filter((e) => e.ev === 'stream').map((e) => (e as { stream: number }).stream)
-  t.same(atPod, ids, 'the pod saw the same stream IDs, in order')
-  t.equal(engine.counters().bridgedStreams - baseline.bridgedStreams, 10, 'the addon paired every one, the first ones too')
+  t.same(echoes.map((e) => [e.sha256, e.fin]), ids.map((_, i) => [patternSha256(60 + i, 30_000 + i), true]), '10 bidi streams, 2 at a time at the pod, each echoed intact with its FIN')
+  const received = await Promise.all(unis.map(async (id) => await stargate.recvDone(conn, id, 30_000)))
+  t.same(received.map((e) => [e.sha256, e.fin]), unis.map((_, u) => [patternSha256(80 + u, 20_000 + u), true]), '3 uni streams, 1 at a time at the pod, each received intact with its FIN')
+  const atPod = (dir: string): number[] => stargate.events.filter((e) => e.ev === 'stream' && (e as { dir: string }).dir === dir).map((e) => (e as { stream: number }).stream)
+  t.same(atPod('bi'), ids, 'the pod saw the same bidi stream IDs, in order')
+  t.same(atPod('uni'), unis, 'the pod saw the same uni stream IDs, in order')
+  t.equal(engine.counters().bridgedStreams - baseline.bridgedStreams, 13, 'the addon paired every one, the first ones too')
   await pylon.close(1, 0, 'done')
   await leftBehindNothing(engine, baseline)
 })
@@ -258,6 +271,37 @@ t.test('a Pylon that closes while its streams wait for the pod leg\'s handshake:
   t.ok(engine.counters().bufferedBytes - baseline.bufferedBytes >= 4 * 20_000, 'the streams\' bytes wait in the addon')
   await pylon.close(1, 7, 'pylon gone early')
   await waitFor(async () => await cluster.outcome('completed') === 1, { timeoutMs: 10_000, message: 'the tunnel counted as completed' })
+  await leftBehindNothing(engine, baseline)
+  t.pass('connections, streams and buffers back to the baseline')
+})
+
+/*
+ * The pod closes while the Pylon's streams wait in the addon for its credit: those streams can
+ * never be paired, and are refused at once (STOP_SENDING and RESET_STREAM, code 0) while the
+ * Pylon's leg delivers what it holds and closes with the pod's code and reason. The failure mode
+ * this guards: streams held for a leg that is gone, their Pylon left waiting for an answer.
+ */
+t.test('a Stargate that closes while the Pylon\'s streams wait for its credit: they are reset, its code and reason reach the Pylon', { skip }, async (t) => {
+  const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.172' })
+  // The pod takes one stream at a time and never finishes it: the rest wait in the addon.
+  const stargate = await cluster.addQuinnPod('stargate-0', '127.0.172.10', { accept: 'hold', maxBidiStreams: 1 })
+  const engine = fixtureEngine()
+  const baseline = await baselineOf(engine)
+  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath })
+  await pylon.established(1)
+  const { conn } = await stargate.waitEvent('connected')
+  const ids: number[] = []
+  for (let i = 0; i < 4; i++) {
+    const id = await pylon.open(1, 'bi')
+    ids.push(id)
+    await pylon.write(1, id, { bytes: 10_000, seed: i })
+  }
+  await stargate.waitEvent('stream', { conn })
+  await waitFor(() => engine.counters().bridgedStreams - baseline.bridgedStreams === 1, { timeoutMs: 10_000, message: 'the first stream paired, the others waiting' })
+  await stargate.close(conn, 9, 'stargate going away')
+  const waited = await Promise.all(ids.slice(1).map(async (id) => await pylon.recvDone(1, id, 20_000)))
+  t.same(waited.map((e) => e.reset), [0, 0, 0], 'the streams that waited for the pod are reset with code 0')
+  t.match(await pylon.closed(1, 20_000), { kind: 'application', by: 'peer', code: 9, reason: 'stargate going away' }, 'the Pylon gets the pod\'s code and reason')
   await leftBehindNothing(engine, baseline)
   t.pass('connections, streams and buffers back to the baseline')
 })
