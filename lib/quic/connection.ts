@@ -204,10 +204,13 @@ export class QuicConnection extends EventEmitter<QuicConnectionEvents> implement
    * native/src/bridge.c): 'raw' every stream, its twin with the same id; 'webtransport' only
    * WebTransport streams of the session `here` on this connection / `there` on other (the
    * header is rewritten), every other stream still comes as 'stream'. 'off' stops it; streams
-   * the addon held come as 'stream'. Counted in stats().bridgedStreams.
+   * the addon held come as 'stream'. Counted in stats().bridgedStreams. 'raw' with other null:
+   * the other connection is named by a later call (it may still be handshaking then); the
+   * peer's streams wait in the addon, unread, and are paired once it is established, or come as
+   * 'stream' if it closes or fails first.
    */
-  bridgeStreams (other: QuicConnection, mode: 'raw' | 'webtransport' | 'off', here = 0, there = 0): boolean {
-    return this.#closeInfo === null && this.native.streamBridge(this.id, other.id, mode === 'off' ? 0 : mode === 'raw' ? 1 : 2, here, there)
+  bridgeStreams (other: QuicConnection | null, mode: 'raw' | 'webtransport' | 'off', here = 0, there = 0): boolean {
+    return this.#closeInfo === null && this.native.streamBridge(this.id, other?.id ?? 0, mode === 'off' ? 0 : mode === 'raw' ? 1 : 2, here, there)
   }
 
   /** For an 'h3' bridge: datagrams arriving here with quarter stream id from leave with to (-1 removes). */

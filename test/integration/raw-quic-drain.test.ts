@@ -91,3 +91,39 @@ t.test('a tunnel with no open stream is closed at once when the drain begins', {
   t.match(await stargate.closed(sc), { kind: 'application', code: 0, reason: 'router shutdown' })
   t.ok(Date.now() - started < 2000, `closed ${Date.now() - started} ms after the drain began`)
 })
+
+/*
+ * A drain that begins while the pod leg is still connecting: the Pylon's stream already waiting
+ * in the addon for that leg is work the drain lets finish (relayed once the leg is up), a new one
+ * is refused with the code, and the tunnel closes once nothing is open. Failure modes: the
+ * waiting stream dropped or cut by the drain, the new one relayed, the tunnel held until the
+ * drain timeout.
+ */
+t.test('a drain that begins while the pod leg connects: the waiting stream is relayed, a new one refused, then the tunnel closes', { skip }, async (t) => {
+  const subnet = '127.0.93'
+  const cluster = await QuicCluster.start(t, { pods: [], subnet, args: ['--shutdown-drain-timeout-ms', '30000', '--connect-timeout-ms', '20000'] })
+  const stargate = await cluster.addQuinnPod('stargate-0', `${subnet}.10`, { accept: 'echo' })
+  // Frozen, the pod answers nothing: the router's leg to it stays in its handshake meanwhile.
+  stargate.pause()
+  t.teardown(() => { stargate.resume() })
+  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${cluster.tunnelPort}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath })
+  await pylon.established(1)
+  const waiting = await pylon.open(1)
+  await pylon.write(1, waiting, { bytes: 100_000, seed: 3 })
+  // Resolves once the router acknowledged every byte and the FIN.
+  await pylon.finish(1, waiting)
+  const started = Date.now()
+  const shutdown = cluster.kube.router.shutdown()
+  await new Promise((resolve) => { setTimeout(resolve, 100) })
+  const fresh = await pylon.open(1)
+  await pylon.write(1, fresh, 'a request opened during the drain').catch(() => {})
+  t.equal((await pylon.recvDone(1, fresh)).reset, CODE, 'the new stream: RESET_STREAM with the code')
+  t.match(await pylon.sendDone(1, fresh), { outcome: 'stopped', code: CODE }, 'and STOP_SENDING with the code')
+  stargate.resume()
+  t.match(await pylon.recvDone(1, waiting, 30_000), { fin: true, bytes: 100_000, reset: null, sha256: patternSha256(3, 100_000) }, 'the stream that waited for the pod leg is echoed whole')
+  t.match(await pylon.closed(1, 30_000), { kind: 'application', by: 'peer', code: 0, reason: 'router shutdown' }, 'then the Pylon is told router shutdown')
+  await shutdown
+  t.ok(Date.now() - started < 20_000, `shutdown over in ${Date.now() - started} ms of a 30 s drain timeout`)
+  const streamsAtPod = stargate.events.filter((e) => e.ev === 'stream').map((e) => (e as { stream: number }).stream)
+  t.same(streamsAtPod, [waiting], 'only the waiting stream reached the pod')
+})

@@ -12,14 +12,16 @@
  *   dial the pod (same SNI, the negotiated ALPN or none) ─fail/timeout─▶ close the Pylon:
  *        │ established                                   'stargate <id> could not be reached: …'
  *        ▼
- *   every stream, either side: a twin opened on the other leg in stream-ID order (so IDs
- *   match) and spliced natively; datagrams bridged natively when both legs negotiated them;
+ *   every stream, either side: paired in the engine (native/src/bridge.c), a twin opened on
+ *   the other leg in stream-ID order (so IDs match) and spliced; datagrams bridged natively
+ *   when both legs negotiated them;
  *   CONNECTION_CLOSE code and reason carried to the other leg (after it delivered what the
  *   closing peer had sent, within CLOSE_FLUSH_MS): 'completed' or 'relay_error'
  *
- * Streams the Pylon opens while the pod leg is still connecting wait unread (flow control
- * holds the Pylon back). Reasons sent to a peer are from TUNNEL_CLOSE_REASONS or name the failure by
- * a short code, never an internal error message.
+ * Streams the Pylon opens while the pod leg is still connecting wait unread in the engine (flow
+ * control holds the Pylon back, within the stream limits the router advertises) and are paired
+ * once it is up. Reasons sent to a peer are from TUNNEL_CLOSE_REASONS or name the failure by a
+ * short code, never an internal error message.
  *
  * Tunnels follow the snapshot: when their pod leaves the ready set (or moves to
  * another address), they are closed with 'target stargate left the ready set' after
@@ -43,7 +45,7 @@ import type { QuicCloseInfo, QuicConnection } from '../../quic/connection.ts'
 import type { QuicEndpoint, QuicEndpointLimits, QuicProposal } from '../../quic/endpoint.ts'
 import type { ClientCredentials } from '../../quic/credentials.ts'
 import type { UpstreamTrustFollower } from '../../tls/upstream-trust-consumer.ts'
-import type { QuicStream, QuicStreamHandler } from '../../quic/stream.ts'
+import type { QuicStream } from '../../quic/stream.ts'
 import type { QuicOutcome, RawQuicMetrics, RelayedBytes } from './metrics.ts'
 import { fillMessage } from '../../error-catalogue.ts'
 import { STREAM_REFUSALS, TUNNEL_CLOSE_REASONS } from '../errors.ts'
@@ -81,13 +83,6 @@ interface Tunnel {
   trustKey: string
   upstream: QuicConnection | null
   upstreamReady: boolean
-  /** Pylon streams that arrived before the pod leg was up. */
-  readonly waiting: QuicStream[]
-  /** Per direction: streams waiting for the other leg's stream limit, in order. */
-  readonly blocked: { client: QuicStream[], upstream: QuicStream[] }
-  /** Per direction: the next peer stream id expected, and twins opened ahead for skipped ids. */
-  readonly next: { client: { bidi: number, uni: number }, upstream: { bidi: number, uni: number } }
-  readonly ahead: Map<string, QuicStream>
   ended: boolean
   /** Bytes of legs already gone (their stats are read while they live). */
   closedBytes: { clientToStargate: number, stargateToClient: number }
@@ -133,8 +128,14 @@ interface LegEnd {
   readonly liberr: number
 }
 
-/** The splice's end needs nothing from TypeScript: one shared, empty handler. */
-const SPLICED: QuicStreamHandler = {}
+/**
+ * A stream the engine did not pair comes here only when it cannot be (the other leg closed or
+ * failed, or its twin could not be opened: native/src/bridge.c): it is refused.
+ */
+function refuseStream (stream: QuicStream): void {
+  stream.stopSending(0)
+  if (stream.writable) stream.reset(0)
+}
 
 function peerChainOfTunnel (tunnel: Tunnel): X509Certificate[] {
   return tunnel.client.peerCertificates().map((der) => new X509Certificate(der))
@@ -257,20 +258,17 @@ export class RawQuicRelay implements TunnelRelay<QuicProposal> {
       trustKey: '',
       upstream: null,
       upstreamReady: false,
-      waiting: [],
-      blocked: { client: [], upstream: [] },
-      next: { client: { bidi: 0, uni: 2 }, upstream: { bidi: 1, uni: 3 } },
-      ahead: new Map(),
       ended: false,
       closedBytes: { clientToStargate: 0, stargateToClient: 0 },
       refused: { pylon: 0, stargate: 0 },
       handle: null,
     }
     client.data = tunnel
-    client.on('stream', (stream) => { this.#onStream(tunnel, 'client', stream) })
+    // The engine pairs every stream, from the first: the Pylon's wait in it for the pod leg.
+    client.bridgeStreams(null, 'raw')
+    client.on('stream', refuseStream)
     client.once('established', () => { this.#onClientEstablished(tunnel) })
     client.once('close', (info) => { this.#onLegClosed(tunnel, 'client', info) })
-    client.on('streamsAvailable', () => { this.#retryBlocked(tunnel, 'upstream') })
   }
 
   #onClientEstablished (tunnel: Tunnel): void {
@@ -317,10 +315,11 @@ export class RawQuicRelay implements TunnelRelay<QuicProposal> {
     }
     tunnel.upstream = upstream
     upstream.data = tunnel
-    upstream.on('stream', (stream) => { this.#onStream(tunnel, 'upstream', stream) })
+    // Named while it handshakes: the Pylon's streams are paired once it is up.
+    tunnel.client.bridgeStreams(upstream, 'raw')
+    upstream.on('stream', refuseStream)
     upstream.once('established', () => { this.#onUpstreamEstablished(tunnel) })
     upstream.once('close', (info) => { this.#onLegClosed(tunnel, 'upstream', info) })
-    upstream.on('streamsAvailable', () => { this.#retryBlocked(tunnel, 'client') })
     logger.debug({ sni: tunnel.sni, target: target.identity, alpn, remote: tunnel.client.remoteAddress }, 'raw quic tunnel accepted')
   }
 
@@ -328,8 +327,6 @@ export class RawQuicRelay implements TunnelRelay<QuicProposal> {
     const upstream = tunnel.upstream
     if (upstream === null || tunnel.ended) return
     tunnel.upstreamReady = true
-    for (const stream of tunnel.waiting.splice(0)) this.#bridge(tunnel, 'client', stream)
-    this.#bridgeNatively(tunnel)
     const datagrams = tunnel.client.datagrams && upstream.datagrams
     if (datagrams) tunnel.client.bridgeDatagrams(upstream, 'raw')
     this.#options.logger.debug({ target: tunnel.identity, alpn: upstream.alpn, datagrams }, 'raw quic tunnel relaying')
@@ -380,85 +377,6 @@ export class RawQuicRelay implements TunnelRelay<QuicProposal> {
     const open = { pylon: tunnel.client.stats()?.openStreams ?? 0, stargate: tunnel.upstream?.stats()?.openStreams ?? 0 }
     this.#options.logger.warn({ target: tunnel.identity, open, waiting: [...(tunnel.handle?.busy ?? [])] }, 'raw quic tunnel: streams still open when its drain ran out of time')
     this.#closeBoth(tunnel, tunnelCloseReasonOf(reason), 'completed')
-  }
-
-  #onStream (tunnel: Tunnel, from: Leg, stream: QuicStream): void {
-    if (tunnel.ended) return
-    if (from === 'client' && !tunnel.upstreamReady) {
-      tunnel.waiting.push(stream)
-      return
-    }
-    this.#bridge(tunnel, from, stream)
-  }
-
-  /**
-   * Splices a peer stream to its twin on the other leg. Twins are opened in stream-ID order:
-   * when a stream arrives ahead of a lower one of its kind (reordered packets), the twins of
-   * the lower ones are opened first and kept for them, so the IDs on both legs match.
-   */
-  #bridge (tunnel: Tunnel, from: Leg, stream: QuicStream): void {
-    const blocked = tunnel.blocked[from]
-    if (blocked.length > 0) {
-      blocked.push(stream)
-      return
-    }
-    const other = from === 'client' ? tunnel.upstream : tunnel.client
-    if (other === null) return
-    const ahead = tunnel.ahead.get(`${from}:${stream.id}`)
-    let twin: QuicStream | null = ahead ?? null
-    if (twin === null) {
-      const next = tunnel.next[from]
-      const kind = stream.bidi ? 'bidi' : 'uni'
-      while (next[kind] < stream.id) {
-        const skipped = other.openStream(stream.bidi)
-        if (skipped === null) break
-        tunnel.ahead.set(`${from}:${next[kind]}`, skipped)
-        next[kind] += 4
-      }
-      if (next[kind] <= stream.id) {
-        twin = next[kind] === stream.id ? other.openStream(stream.bidi) : null
-        if (twin === null) {
-          blocked.push(stream)
-          return
-        }
-        next[kind] = stream.id + 4
-      }
-    } else {
-      tunnel.ahead.delete(`${from}:${stream.id}`)
-    }
-    if (twin === null) return
-    stream.handler = SPLICED
-    twin.handler = SPLICED
-    if (!stream.splice(twin)) {
-      stream.reset(0)
-      stream.stopSending(0)
-      twin.reset(0)
-    }
-  }
-
-  /**
-   * From now on the addon pairs new streams itself, in the same engine turn (twins in id order,
-   * as #bridge does). Only once no stream waits here for credit: the addon's twins would
-   * otherwise take the ids those are due.
-   */
-  #bridgeNatively (tunnel: Tunnel): void {
-    if (tunnel.ended || tunnel.upstream === null || !tunnel.upstreamReady) return
-    if (tunnel.blocked.client.length > 0 || tunnel.blocked.upstream.length > 0) return
-    tunnel.client.bridgeStreams(tunnel.upstream, 'raw')
-  }
-
-  /** The other leg granted more streams: bridge the ones waiting for it, in order. */
-  #retryBlocked (tunnel: Tunnel, from: Leg): void {
-    const queue = tunnel.blocked[from].splice(0)
-    for (let i = 0; i < queue.length; i++) {
-      this.#bridge(tunnel, from, queue[i] as QuicStream)
-      if (tunnel.blocked[from].length > 0) {
-        // Blocked again: the rest keep their place behind it.
-        tunnel.blocked[from].push(...queue.slice(i + 1))
-        return
-      }
-    }
-    if (queue.length > 0) this.#bridgeNatively(tunnel)
   }
 
   #onLegClosed (tunnel: Tunnel, leg: Leg, info: QuicCloseInfo): void {

@@ -88,9 +88,13 @@
  *   leg's session id (sessionA on connA) and uni streams of type 0x54 + session id; the header
  *   is replaced by the other leg's. Every other stream (H3 control, QPACK, requests, other
  *   sessions) comes as STREAM_OPENED, bytes unread, as before. Streams over the other peer's
- *   limit wait natively, in order, for its next grant. Mode 0 switches it off: streams the
- *   bridge held come to TypeScript as STREAM_OPENED. false: a connection is unknown or already
- *   bridged elsewhere. Counted per connection in connStats().bridgedStreams (bridge.c)
+ *   limit wait natively, in order per kind, for its next grant. Raw mode with connB 0: the
+ *   partner is named later (a second call) and may still handshake then; connA's streams wait
+ *   for it, unread, and are paired once it is established; a raw partner that closes or fails
+ *   hands them to TypeScript as STREAM_OPENED. Mode 0 switches it off (connB 0: a bridge still
+ *   waiting for its partner): streams the bridge held come to TypeScript as STREAM_OPENED.
+ *   false: a connection is unknown or already bridged elsewhere. Counted per connection in
+ *   connStats().bridgedStreams (bridge.c)
  * datagramSend(conn, data) -> boolean       queued (false: not negotiated, too many queued)
  * datagramBridge(connA, connB, mode)        0 off, 1 raw both ways, 2 HTTP/3 (quarter stream
  *                                           ids mapped, unknown ones dropped and counted)
@@ -768,8 +772,10 @@ static napi_value js_splice(napi_env env, qengine *eng, napi_value *argv) {
 
 static napi_value js_stream_bridge(napi_env env, qengine *eng, napi_value *argv) {
   qconn *a = conn_arg(env, eng, argv[0]);
-  qconn *b = conn_arg(env, eng, argv[1]);
-  if (a == NULL || b == NULL) return boolean(env, 0);
+  /* Partner 0: a raw bridge whose partner comes later. */
+  int later = get_num(env, argv[1], 0) == 0;
+  qconn *b = later ? NULL : conn_arg(env, eng, argv[1]);
+  if (a == NULL || (b == NULL && !later)) return boolean(env, 0);
   int ok = bridge_set(a, b, (int)get_num(env, argv[2], 0), (uint64_t)get_num(env, argv[3], 0), (uint64_t)get_num(env, argv[4], 0)) == 0;
   engine_kick(eng);
   return boolean(env, ok);

@@ -18,13 +18,21 @@
  *                     requests, other sessions, a header cut by FIN or reset) goes to
  *                     TypeScript as STREAM_OPENED with its bytes intact, as without the bridge.
  *
+ * A raw bridge is set up before its partner exists (streamBridge with no partner when the Pylon's
+ * connection is accepted, then with the pod's while that one still handshakes): the peer's
+ * streams wait in the queue, unread, and are paired once the partner is established. So every
+ * stream of a raw tunnel is paired here, from the first one on.
+ *
  * A stream whose partner cannot be opened (the partner's peer limit) waits in its connection's
- * queue, in order, until that peer grants more streams (extend_max_local_streams). The queue is
- * bounded by the stream limit we advertise to our own peer: a waiting stream stays open on its
- * leg, and flow control bounds its bytes. Policy stays in TypeScript: it switches the bridge on
- * and off per pair, and can close either leg; the bridge only counts (bridged_streams).
- * Streams are found again by id, never by a pointer kept across connections: a leg that is gone
- * simply finds nothing and the stream goes to TypeScript.
+ * queue until that peer grants more streams (extend_max_local_streams); each kind (bidi, uni) is
+ * paired in the order its streams came, one kind never waits for the other's credit, and a raw
+ * stream whose twin was opened ahead goes on at once. The queue is bounded by the stream limit
+ * we advertise to our own peer: a waiting stream stays open on its leg, and flow control bounds
+ * its bytes. A raw partner that closes or fails (its handshake included) hands what waits for
+ * it to TypeScript, which refuses it. Policy stays in TypeScript: it switches the bridge on and
+ * off per pair, and can close either leg; the bridge only counts (bridged_streams). Streams are
+ * found again by id, never by a pointer kept across connections: a leg that is gone simply
+ * finds nothing and the stream goes to TypeScript.
  */
 #include "quic.h"
 
@@ -33,6 +41,14 @@ static qconn *partner_of(qconn *c) {
   qconn *p = qmap_get_u64(&c->eng->conns, c->sbridge_peer);
   if (p == NULL || p->state != CSTATE_OPEN || p->conn == NULL || p->sbridge_peer != c->id) return NULL;
   return p;
+}
+
+/* A raw bridge whose partner is not named yet or still handshakes: streams wait for it. */
+static int partner_pending(qconn *c) {
+  if (c->sbridge_mode != BRIDGE_RAW) return 0;
+  if (c->sbridge_peer == 0) return 1;
+  qconn *p = qmap_get_u64(&c->eng->conns, c->sbridge_peer);
+  return p != NULL && p->state == CSTATE_HANDSHAKE && p->sbridge_peer == c->id;
 }
 
 /* Copies up to max unread bytes of a receive chain without consuming them. */
@@ -50,15 +66,9 @@ static size_t chain_peek(const qchain *ch, uint8_t *dest, size_t max) {
   return done;
 }
 
-static void bq_push(qstream *s, int front) {
+static void bq_push(qstream *s) {
   qconn *c = s->conn;
   s->bstate = BSTATE_WAITING;
-  if (front) {
-    s->bnext = c->bq_head;
-    c->bq_head = s;
-    if (c->bq_tail == NULL) c->bq_tail = s;
-    return;
-  }
   s->bnext = NULL;
   if (c->bq_tail != NULL) c->bq_tail->bnext = s;
   else c->bq_head = s;
@@ -151,21 +161,60 @@ static int try_bridge(qstream *s) {
   return 1;
 }
 
-/* Bridges s now, or queues it behind the streams already waiting (order kept). */
-static void bridge_or_queue(qstream *s) {
-  if (s->conn->bq_head != NULL) {
-    bq_push(s, 0);
-    return;
+/* Pairs a's waiting streams as far as the partner's stream credit goes, each kind (bidi, uni)
+   in the order they came. Once a kind is blocked, a later stream of it waits unless its twin is
+   already open (opened ahead for it when a higher id came first): that one is spliced now, or
+   the higher stream, waiting for credit that only ends of the lower ones renew, would wait for
+   good. A stream is unlinked while it is tried: the splice may free it. */
+static void pair_waiting(qconn *a) {
+  qconn *b = partner_of(a);
+  if (b == NULL) return;
+  int blocked[2] = {0, 0};
+  qstream *prev = NULL;
+  qstream *s = a->bq_head;
+  while (s != NULL) {
+    qstream *next = s->bnext;
+    int k = ngtcp2_is_bidi_stream(s->id) ? 0 : 1;
+    if (blocked[k] && (a->sbridge_mode != BRIDGE_RAW || s->id >= b->next_local[k])) {
+      prev = s;
+      s = next;
+      continue;
+    }
+    if (prev == NULL) a->bq_head = next;
+    else prev->bnext = next;
+    if (a->bq_tail == s) a->bq_tail = prev;
+    s->bnext = NULL;
+    int r = try_bridge(s);
+    if (r == 0) {
+      /* Back in its place. */
+      blocked[k] = 1;
+      s->bnext = next;
+      if (prev == NULL) a->bq_head = s;
+      else prev->bnext = s;
+      if (next == NULL) a->bq_tail = s;
+      prev = s;
+    } else if (r < 0) {
+      hand_to_js(s);
+    }
+    s = next;
   }
-  int r = try_bridge(s);
-  if (r == 0) bq_push(s, 0);
-  else if (r < 0) hand_to_js(s);
+}
+
+/* Bridges s now, or queues it behind the streams of its kind already waiting (order kept). */
+static void bridge_or_queue(qstream *s) {
+  bq_push(s);
+  pair_waiting(s->conn);
 }
 
 /* A stream our peer opened (stream_open callback): 1 when the bridge takes it over. */
 int bridge_on_open(qstream *s) {
   qconn *a = s->conn;
-  if (a->sbridge_mode == BRIDGE_OFF || partner_of(a) == NULL) return 0;
+  if (a->sbridge_mode == BRIDGE_OFF) return 0;
+  if (partner_of(a) == NULL) {
+    if (!partner_pending(a)) return 0;
+    bq_push(s);
+    return 1;
+  }
   if (a->sbridge_mode == BRIDGE_WT) {
     s->bstate = BSTATE_HEADER;
     return 1;
@@ -218,16 +267,13 @@ void bridge_on_credit(qconn *c) {
   if (!c->sbridge_blocked) return;
   c->sbridge_blocked = 0;
   qconn *a = partner_of(c);
-  if (a == NULL) return;
-  qstream *s;
-  while ((s = bq_pop(a)) != NULL) {
-    int r = try_bridge(s);
-    if (r == 0) {
-      bq_push(s, 1);
-      return;
-    }
-    if (r < 0) hand_to_js(s);
-  }
+  if (a != NULL) pair_waiting(a);
+}
+
+/* c is established: streams its partner held for it are paired now. */
+void bridge_on_established(qconn *c) {
+  qconn *a = partner_of(c);
+  if (a != NULL && a->bq_head != NULL) pair_waiting(a);
 }
 
 /* Hands back what the bridge holds on c (switched off, or the partner is gone). */
@@ -242,8 +288,30 @@ static void release_all(qconn *c) {
   qmap_init(&c->bridge_ahead);
 }
 
+/* c is closing or gone (its handshake failed, either peer closed it): the streams its raw
+   partner held for it will never be paired, and go to TypeScript, which refuses them. A
+   WebTransport bridge keeps its streams until TypeScript switches it off. */
+void bridge_on_gone(qconn *c) {
+  if (c->sbridge_mode != BRIDGE_RAW || c->sbridge_peer == 0) return;
+  qconn *a = qmap_get_u64(&c->eng->conns, c->sbridge_peer);
+  if (a == NULL || a->state > CSTATE_OPEN || a->sbridge_peer != c->id || a->sbridge_mode != BRIDGE_RAW) return;
+  release_all(a);
+}
+
 int bridge_set(qconn *a, qconn *b, int mode, uint64_t session_a, uint64_t session_b) {
   if (a == b || mode < BRIDGE_OFF || mode > BRIDGE_WT) return -1;
+  if (b == NULL) {
+    /* Raw, the partner to come: a's streams wait for it (or no longer, switched off). */
+    if (mode == BRIDGE_OFF && a->sbridge_mode == BRIDGE_RAW && a->sbridge_peer == 0) {
+      a->sbridge_mode = BRIDGE_OFF;
+      release_all(a);
+      return 0;
+    }
+    if (mode != BRIDGE_RAW || a->sbridge_mode != BRIDGE_OFF) return -1;
+    a->sbridge_mode = BRIDGE_RAW;
+    a->sbridge_peer = 0;
+    return 0;
+  }
   if (mode == BRIDGE_OFF) {
     qconn *pair[2] = {a, b};
     for (int i = 0; i < 2; i++) {
@@ -254,11 +322,14 @@ int bridge_set(qconn *a, qconn *b, int mode, uint64_t session_a, uint64_t sessio
     }
     return 0;
   }
-  if ((a->sbridge_mode != BRIDGE_OFF && a->sbridge_peer != b->id) || (b->sbridge_mode != BRIDGE_OFF && b->sbridge_peer != a->id)) return -1;
+  /* a may be waiting for its partner (bridge_set(a, NULL)): b is it. */
+  int a_waits = a->sbridge_mode == mode && a->sbridge_peer == 0;
+  if ((a->sbridge_mode != BRIDGE_OFF && a->sbridge_peer != b->id && !a_waits) || (b->sbridge_mode != BRIDGE_OFF && b->sbridge_peer != a->id)) return -1;
   a->sbridge_peer = b->id;
   b->sbridge_peer = a->id;
   a->sbridge_mode = b->sbridge_mode = mode;
   a->sbridge_session = session_a;
   b->sbridge_session = session_b;
+  if (partner_of(a) != NULL) pair_waiting(a);
   return 0;
 }

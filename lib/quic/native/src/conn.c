@@ -535,6 +535,7 @@ static void enter_closing(qconn *c, int state) {
   c->state = state;
   release_half_open(c);
   drop_streams(c);
+  bridge_on_gone(c);
   drop_dgrams(c);
   uint64_t pto = ngtcp2_conn_get_pto(c->conn);
   c->close_deadline = q_now() + 3 * pto;
@@ -675,6 +676,7 @@ void conn_kill(qconn *c, int kind, int emit) {
   c->state = CSTATE_DEAD;
   release_half_open(c);
   drop_streams(c);
+  bridge_on_gone(c);
   drop_dgrams(c);
   for (int i = 0; i < c->ncids; i++) ep_unregister_cid(c->ep, &c->cids[i], c);
   c->ncids = 0;
@@ -714,6 +716,7 @@ static void after_progress(qconn *c) {
     const ngtcp2_transport_params *rp = ngtcp2_conn_get_remote_transport_params(c->conn);
     c->datagrams = c->local_datagrams && rp != NULL && rp->max_datagram_frame_size > 0;
     engine_emit(c->eng, EV_ESTABLISHED, c->id, -1, c->datagrams, 0, NULL, 0);
+    bridge_on_established(c);
   }
 }
 

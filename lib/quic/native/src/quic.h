@@ -628,6 +628,8 @@ int bridge_on_open(qstream *s);
 void bridge_on_data(qstream *s);
 void bridge_on_signal(qstream *s);
 void bridge_on_credit(qconn *c);
+void bridge_on_established(qconn *c);
+void bridge_on_gone(qconn *c);
 void bridge_forget(qstream *s);
 
 /* drain.c */
