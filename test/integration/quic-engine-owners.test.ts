@@ -51,6 +51,10 @@ t.test('close() ends every endpoint and connection of that engine only', async (
   const stopped = new QuicEngine()
   const running = new QuicEngine()
   t.teardown(() => { stopped.close(); running.close() })
+  // The addon counts sockets process-wide: the connections the test above closed keep theirs
+  // through their closing period (RFC 9000 §10.2), so start from none, or their release later
+  // would read as this engine's.
+  await waitFor(() => running.counters().endpoints === 0, { timeoutMs: 15_000, message: 'the sockets of the test above released' })
   const accepted: Array<QuicConnection | null> = []
   const endpoint = stopped.listen({
     host: '127.0.155.2',
