@@ -59,7 +59,7 @@ export const HTTP_ERRORS = {
   bad_request: {
     status: 400,
     message: 'malformed request: it cannot be parsed or forwarded as sent',
-    meaning: 'the HTTP/1.1 request could not be parsed, an HTTP/1.0 request carries Transfer-Encoding (faulty framing, RFC 9112 §6.1; the connection closes and nothing sent after it is read), or its request target or a header cannot be sent upstream as given (e.g. `OPTIONS *`). Nothing refused is forwarded: bytes the parser refuses while a request of the connection is in flight get no 400; that request is answered and the connection closes (or it is cut, when they break into its body)',
+    meaning: 'the HTTP/1.1 request could not be parsed, an HTTP/1.0 request carries Transfer-Encoding (faulty framing, RFC 9112 §6.1; the connection closes and nothing sent after it is read), or its request target or a header cannot be sent upstream as given (e.g. `OPTIONS *`, or a Host or :authority that is no valid host[:port], RFC 9110 §7.2: an unbalanced IPv6 bracket, userinfo, a port that is not a number). Nothing refused is forwarded: bytes the parser refuses while a request of the connection is in flight get no 400; that request is answered and the connection closes (or it is cut, when they break into its body)',
     action: 'fix the client\'s request; the router forwards origin-form and absolute-form targets only',
   },
   // Limits and hostile peers (issue 14)

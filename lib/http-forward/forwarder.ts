@@ -461,7 +461,7 @@ export class HttpForwarder {
     const { options } = this
     const h2 = req.httpVersionMajor === 2
     const target = resolveRequestTarget(h2, req.url ?? '/', req.headers.host, h2 ? (req as Http2ServerRequest).authority : undefined)
-    if (!target.ok) { this.#reject(req, res, 'host_mismatch', requestId); return }
+    if (!target.ok) { this.#reject(req, res, target.code, requestId); return }
     const host = target.host
 
     // The same resolution as registration and tunnels (SPEC §4); a Host the template does not
