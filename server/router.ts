@@ -269,6 +269,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     logger,
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('health', reason).inc() },
     onEvicted: (state) => { metrics.limits.healthConnectionsEvicted.labels(state).inc() },
+    onPipelining: () => { metrics.limits.healthPipeliningCloses.inc() },
   })
   closers.push('health', () => health.close())
   const healthAddress = await health.listen()
