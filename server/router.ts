@@ -203,6 +203,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     bodyMinBytesPerSecond: config.httpBodyMinBytesPerSecond,
     bodyRateWindowMs: config.httpBodyRateWindowMs,
     bodyDeadlineMs: config.httpBodyDeadlineMs,
+    responseStallTimeoutMs: config.httpResponseStallTimeoutMs,
     maxPerClientPerPod: clientShareLimit(config.httpUpstreamMaxConnections, config.httpUpstreamMaxClientSharePercent),
     trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,

@@ -23,6 +23,12 @@
  * (client-address.ts) may hold at most --http-upstream-max-client-share-percent of a pod's
  * connections, counting the requests holding or waiting for one.
  *
+ * A slow reader costs a pod nothing it cannot afford either: while the client does not take
+ * the response (its socket or stream is full, and the pod is held back in turn), a stall timer
+ * runs; after --http-response-stall-timeout-ms without the client taking a byte, the client's
+ * connection is closed and the pod's connection destroyed (a request undici has not finished
+ * is never handed back idle). Checked on one coarse tick for all stalled responses.
+ *
  * A failure before any byte of the request was written to the pod (connect refused or timed
  * out, unreachable: undici had not called onConnect yet) is retried once on another pod;
  * nothing that may have reached a pod is retried, so a DELETE never runs twice (issue 14).
@@ -60,7 +66,8 @@ import { BodyBuffer } from './body-buffer.ts'
 type Req = IncomingMessage | Http2ServerRequest
 type Res = ServerResponse | Http2ServerResponse
 
-export type HttpOutcome = 'forwarded' | 'client_aborted' | HttpErrorCode
+/** client_stalled: the client took no response bytes for the stall timeout (connection closed). */
+export type HttpOutcome = 'forwarded' | 'client_aborted' | 'client_stalled' | HttpErrorCode
 
 export interface HttpForwarderOptions {
   readonly snapshot: SnapshotReader
@@ -79,6 +86,8 @@ export interface HttpForwarderOptions {
   readonly bodyRateWindowMs: number
   /** 0: no body deadline. */
   readonly bodyDeadlineMs: number
+  /** Longest the router waits on a client to take response bytes; 0: no limit. */
+  readonly responseStallTimeoutMs: number
   /** Requests one client may hold or queue for one pod (clientShareLimit); 0: no limit. */
   readonly maxPerClientPerPod: number
   readonly trustedProxies: TrustedProxies
@@ -144,6 +153,8 @@ class Exchange implements PodRequest {
   /** HTTP/1.1 responses: the head can wait for the body in a corked socket (see onHeaders). */
   readonly corkable: boolean
   wroteBody = false
+  /** When the client last stopped taking response bytes (res.write returned false); 0: it takes them. */
+  stalledAt = 0
 
   constructor (forwarder: HttpForwarder, req: Req, res: Res, pod: HttpPod, path: string, hostTargeted: boolean, requestId: string, log: RequestLog, headers: string[], hasBody: boolean, client: string) {
     this.forwarder = forwarder
@@ -228,7 +239,10 @@ class Exchange implements PodRequest {
   onData (chunk: Buffer): boolean {
     if (this.done) return false
     this.wroteBody = true
-    return (this.res as ServerResponse).write(chunk)
+    if ((this.res as ServerResponse).write(chunk)) return true
+    // undici stops reading the pod until 'drain': the client holds the pod from here on.
+    if (this.stalledAt === 0) this.forwarder.stalled(this)
+    return false
   }
 
   onComplete (): void {
@@ -263,7 +277,14 @@ function flushHead (exchange: Exchange): void {
 }
 
 function onResDrain (this: Res & { [kExchange]?: Exchange }): void {
-  this[kExchange]?.resume?.()
+  const exchange = this[kExchange]
+  if (exchange === undefined) return
+  exchange.stalledAt = 0
+  exchange.resume?.()
+}
+
+function checkStalls (forwarder: HttpForwarder): void {
+  forwarder.checkStalls()
 }
 
 function onResClose (this: Res & { [kExchange]?: Exchange }): void {
@@ -339,6 +360,10 @@ export class HttpForwarder {
   /** Slow bodies judged on the last tick, refused a batch per event-loop turn (refuseSlowBodies). */
   #refusals: Array<readonly [Exchange, BodyVerdict]> = []
   #refusing = false
+  /** Responses the client stopped taking (stalledAt set), for the stall timeout. */
+  readonly #stalled = new Set<Exchange>()
+  #stallTick: NodeJS.Timeout | null = null
+  readonly #stallTickMs: number
 
   constructor (options: HttpForwarderOptions) {
     this.options = options
@@ -351,6 +376,39 @@ export class HttpForwarder {
     // A quarter of the shortest limit, between 25 ms and 1 s: a verdict comes at most that late.
     const shortest = Math.min(options.idleTimeoutMs, options.bodyMinBytesPerSecond > 0 ? options.bodyRateWindowMs : Infinity, options.bodyDeadlineMs > 0 ? options.bodyDeadlineMs : Infinity)
     this.#tickMs = Math.max(25, Math.min(1000, Math.floor(shortest / 4)))
+    this.#stallTickMs = Math.max(25, Math.min(1000, Math.floor(options.responseStallTimeoutMs / 4)))
+  }
+
+  /** The client stopped taking this response: its stall timer starts. */
+  stalled (exchange: Exchange): void {
+    if (this.options.responseStallTimeoutMs === 0) return
+    exchange.stalledAt = performance.now()
+    this.#stalled.add(exchange)
+    if (this.#stallTick === null) {
+      this.#stallTick = setInterval(checkStalls, this.#stallTickMs, this)
+      this.#stallTick.unref()
+    }
+  }
+
+  /** Closes the responses whose client took nothing for the stall timeout. */
+  checkStalls (): void {
+    const now = performance.now()
+    const timeout = this.options.responseStallTimeoutMs
+    for (const exchange of this.#stalled) {
+      if (exchange.done) { this.#stalled.delete(exchange); continue }
+      // Drained since: the client took bytes; it is tracked again at its next stall.
+      if (exchange.stalledAt === 0) { this.#stalled.delete(exchange); continue }
+      if (now - exchange.stalledAt < timeout) continue
+      this.options.metrics.httpClientLimitRefusals.labels('response_stalled').inc()
+      exchange.log.debug({ pod: exchange.pod.target.identity, stalledMs: Math.round(now - exchange.stalledAt) }, 'closing a client that stopped reading its response')
+      ;(exchange.res as ServerResponse).destroy()
+      // Gives the pod connection back destroyed: undici has not finished the response.
+      this.finish(exchange, 'client_stalled')
+    }
+    if (this.#stalled.size === 0 && this.#stallTick !== null) {
+      clearInterval(this.#stallTick)
+      this.#stallTick = null
+    }
   }
 
   #startReceiving (exchange: Exchange): void {
@@ -632,6 +690,7 @@ export class HttpForwarder {
     if (exchange.done) return
     exchange.done = true
     if (exchange.timer !== null) clearTimeout(exchange.timer)
+    if (exchange.stalledAt !== 0) this.#stalled.delete(exchange)
     this.stopReceiving(exchange)
     if (exchange.bodyBuffer !== null) this.#endBuffering(exchange)
     this.#release(exchange)
