@@ -169,7 +169,7 @@ class Exchange implements PodRequest {
     this.hasBody = hasBody
     this.client = client
     this.startedAt = performance.now()
-    this.corkable = req.httpVersionMajor === 1
+    this.corkable = !isHttp2(req)
   }
 
   dispatchOptions (): Dispatcher.DispatchOptions {
@@ -259,11 +259,19 @@ class Exchange implements PodRequest {
   }
 }
 
+/**
+ * An HTTP/2 request (the compat request of a stream). Not httpVersionMajor: an HTTP/1.1
+ * connection may carry a request line saying `HTTP/2.0`, which the listener refuses (505).
+ */
+function isHttp2 (req: Req): req is Http2ServerRequest {
+  return (req as Http2ServerRequest).stream !== undefined
+}
+
 /** The client may still be sending a body we will not read: close rather than drain it. */
 function bodyPending (req: Req): boolean {
   if (req.complete) return false
   // The 'request' event runs before the parser marks even a bodyless request complete.
-  if (req.httpVersionMajor === 2) return !(req as Http2ServerRequest).stream.endAfterHeaders
+  if (isHttp2(req)) return !req.stream.endAfterHeaders
   const length = req.headers['content-length']
   return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined
 }
@@ -517,8 +525,8 @@ export class HttpForwarder {
    */
   handle (req: Req, res: Res, requestId: string, log: RequestLog): void {
     const { options } = this
-    const h2 = req.httpVersionMajor === 2
-    const target = resolveRequestTarget(h2, req.url ?? '/', req.headers.host, h2 ? (req as Http2ServerRequest).authority : undefined)
+    const h2 = isHttp2(req)
+    const target = resolveRequestTarget(h2, req.url ?? '/', req.headers.host, h2 ? req.authority : undefined)
     if (!target.ok) { this.#reject(req, res, target.code, requestId); return }
     const host = target.host
 
@@ -731,12 +739,16 @@ function writeError (res: Res, code: StaticHttpErrorCode, requestId: string, clo
     'x-request-id', requestId,
   ]
   if (close && !h2) fields.push('connection', 'close')
+  if (code === 'method_not_allowed') fields.push('allow', ALLOWED_METHODS)
   ;(res as ServerResponse).writeHead(HTTP_ERRORS[code].status, fields)
   // The stream's own 'finish' (its response is sent): the compat response emits 'finish' only
   // once the stream has closed, which a client still sending never lets happen.
   if (close && h2) (res as Http2ServerResponse).stream.once('finish', closeStreamNoError)
   res.end(body)
 }
+
+/** RFC 9110 §15.5.6: a 405 lists what the target takes; the router forwards every method but CONNECT. */
+const ALLOWED_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS'
 
 function closeStreamNoError (this: ServerHttp2Stream): void {
   if (!this.closed && !this.destroyed) this.close(h2constants.NGHTTP2_NO_ERROR)

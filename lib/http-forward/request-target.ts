@@ -9,6 +9,10 @@
  *   authority differs from the Host header. When they agree the request goes upstream in
  *   origin-form, as pods expect.
  *
+ * A target with a `#` is refused as 400 bad_request: RFC 9112 §3.2 never lets a request target
+ * carry a fragment (a client strips it), so one that does is malformed, and the pod would read
+ * it as part of the path.
+ *
  * A host that is not a valid host[:port] (RFC 9110 §7.2, RFC 3986 §3.2: an unbalanced IPv6
  * bracket, userinfo, a port that is not a number, characters no authority has) is refused as
  * 400 bad_request (RFC 9112 §3.2: "a Host header field with an invalid field value"): it is the
@@ -22,6 +26,7 @@ export type RequestTarget =
   | { readonly ok: false, readonly code: 'host_mismatch' | 'bad_request' }
 
 const HOST_MISMATCH = Object.freeze({ ok: false, code: 'host_mismatch' } as const)
+/** A host, or a target, that is not valid: bad_request. */
 const BAD_HOST = Object.freeze({ ok: false, code: 'bad_request' } as const)
 
 function sameHost (a: string, b: string): boolean {
@@ -38,6 +43,7 @@ function schemeLength (url: string): number {
 }
 
 export function resolveRequestTarget (h2: boolean, url: string, hostHeader: string | undefined, authority: string | undefined): RequestTarget {
+  if (url.includes('#')) return BAD_HOST
   if (h2) {
     if (authority !== undefined && hostHeader !== undefined && !sameHost(authority, hostHeader)) return HOST_MISMATCH
     const host = authority ?? hostHeader

@@ -81,6 +81,11 @@ t.test('request targets: which host a request names, or that it names two', asyn
     ['h2 :authority with an unbalanced bracket', true, '/v1/x', undefined, '[1.2.3.4', { ok: false, code: 'bad_request' }],
     ['h2 host only, with an unbalanced bracket', true, '/v1/x', '[::1', undefined, { ok: false, code: 'bad_request' }],
     ['h2 host only', true, '/v1/x', 'a.example', undefined, { ok: true, host: 'a.example', path: '/v1/x' }],
+    ['origin-form with a fragment (RFC 9112 §3.2)', false, '/v1/x#top', 'a.example', undefined, { ok: false, code: 'bad_request' }],
+    ['origin-form with a lone #', false, '/v1/x?q=#', 'a.example', undefined, { ok: false, code: 'bad_request' }],
+    ['absolute-form with a fragment', false, 'http://a.example/v1/x#top', 'a.example', undefined, { ok: false, code: 'bad_request' }],
+    ['h2 :path with a fragment', true, '/v1/x#top', undefined, 'a.example', { ok: false, code: 'bad_request' }],
+    ['a percent-encoded # is no fragment', false, '/v1/x%23top', 'a.example', undefined, { ok: true, host: 'a.example', path: '/v1/x%23top' }],
   ]
   for (const [why, h2, url, host, authority, want] of cases) t.strictSame(resolveRequestTarget(h2, url, host, authority), want, why)
 })
