@@ -19,7 +19,7 @@ import type { Readiness } from './readiness.ts'
 import type { Logger } from '../log.ts'
 import { ConnectionCap, type EvictedState } from './connection-cap.ts'
 import { MetricsRender } from './metrics-render.ts'
-import { SerialRequests } from './serial-requests.ts'
+import { SerialRequests } from '../serial-requests.ts'
 
 export interface HealthLimits {
   /** Time to receive a request head. */

@@ -41,6 +41,10 @@
  * is answered by the router once the request is routed. An error answered while the client may
  * still be sending a body closes the connection instead of reading the rest.
  *
+ * HTTP/1.1 requests of one connection are forwarded one at a time (lib/serial-requests.ts):
+ * their answers leave in order anyway, so a pipelining client holds at most one pod connection
+ * per TCP connection, and one with more than MAX_PIPELINED requests waiting is closed.
+ *
  * Each request is one Exchange object, which is also the undici dispatch handler (undici's
  * native callback interface: no wrapper objects, no header parsing into objects).
  */
@@ -62,6 +66,8 @@ import { lateConnect, UpstreamAbortError, type PodRequest, type PodSlot } from '
 import { BodyPace, type BodyLimits, type BodyVerdict } from './body-pace.ts'
 import { clientKeyOf } from './client-address.ts'
 import { BodyBuffer } from './body-buffer.ts'
+import { SerialRequests } from '../serial-requests.ts'
+import type { Socket } from 'node:net'
 
 type Req = IncomingMessage | Http2ServerRequest
 type Res = ServerResponse | Http2ServerResponse
@@ -153,6 +159,8 @@ class Exchange implements PodRequest {
   /** HTTP/1.1 responses: the head can wait for the body in a corked socket (see onHeaders). */
   readonly corkable: boolean
   wroteBody = false
+  /** HTTP/1.1: the connection whose line this request holds (SerialRequests); null for HTTP/2. */
+  line: Socket | null = null
   /** When the client last stopped taking response bytes (res.write returned false); 0: it takes them. */
   stalledAt = 0
 
@@ -355,6 +363,21 @@ function onTimeout (exchange: Exchange): void {
 
 const kExchange = Symbol('exchange')
 
+/** HTTP/1.1 requests that may wait behind the one being forwarded on their connection. */
+export const MAX_PIPELINED = 16
+
+/** A pipelined HTTP/1.1 request waiting for its turn on its connection. */
+type Waiting = readonly [IncomingMessage, ServerResponse, string, RequestLog]
+
+/** An Exchange was made for this response: the request is being forwarded (or was). */
+function forwarding (res: Res): boolean {
+  return (res as Res & { [kExchange]?: Exchange })[kExchange] !== undefined
+}
+
+function nextOnLine (forwarder: HttpForwarder, socket: Socket): void {
+  forwarder.nextOnLine(socket)
+}
+
 export class HttpForwarder {
   readonly options: HttpForwarderOptions
   readonly #limits: BodyLimits
@@ -372,6 +395,7 @@ export class HttpForwarder {
   readonly #stalled = new Set<Exchange>()
   #stallTick: NodeJS.Timeout | null = null
   readonly #stallTickMs: number
+  readonly #lines = new SerialRequests<Socket, Waiting>(MAX_PIPELINED)
 
   constructor (options: HttpForwarderOptions) {
     this.options = options
@@ -524,6 +548,51 @@ export class HttpForwarder {
    * x-request-id, else a new one: requestIdOf in headers.ts) and its logger.
    */
   handle (req: Req, res: Res, requestId: string, log: RequestLog): void {
+    if (isHttp2(req)) { this.#handle(req, res, requestId, log); return }
+    const socket = req.socket
+    // Parsed from the same read as a request that got its connection closed.
+    if (socket.destroyed) return
+    switch (this.#lines.arrive(socket, [req, res as ServerResponse, requestId, log])) {
+      case 'run':
+        try {
+          this.#handle(req, res, requestId, log)
+        } finally {
+          // Refused at once (or failed): it holds no line.
+          if (!forwarding(res)) this.nextOnLine(socket)
+        }
+        break
+      case 'close':
+        this.options.metrics.httpClientLimitRefusals.labels('pipelined_requests').inc()
+        socket.destroy()
+        break
+      case 'wait':
+        break
+    }
+  }
+
+  /** The line of an HTTP/1.1 connection is free: the next waiting request runs (a tick later, out of undici's callbacks). */
+  nextOnLine (socket: Socket): void {
+    let next = this.#lines.done(socket)
+    while (next !== null) {
+      const [req, res, requestId, log] = next
+      if (!socket.destroyed && !res.destroyed) {
+        try {
+          this.#handle(req, res, requestId, log)
+        } catch (err) {
+          // What the front door's error handler does for a request it runs itself.
+          log.error({ err: (err as Error).message }, 'front door request failed')
+          writeErrorResponse(req, res, 'internal_error', requestId)
+        }
+        // Forwarded: it holds the line until it finishes; refused at once: the next one runs.
+        if (forwarding(res)) return
+      } else {
+        this.options.metrics.httpRequests.labels('client_aborted', '4xx').inc()
+      }
+      next = this.#lines.done(socket)
+    }
+  }
+
+  #handle (req: Req, res: Res, requestId: string, log: RequestLog): void {
     const { options } = this
     const h2 = isHttp2(req)
     const target = resolveRequestTarget(h2, req.url ?? '/', req.headers.host, h2 ? req.authority : undefined)
@@ -571,6 +640,7 @@ export class HttpForwarder {
       trusted: options.trustedProxies.trusts(peer),
     })
     const exchange = new Exchange(this, req, res, pod, target.path, hostTargeted, requestId, log, headers, hasBody, client)
+    if (!h2) exchange.line = req.socket
     const tagged = res as Res & { [kExchange]?: Exchange }
     tagged[kExchange] = exchange
     ;(req as Req & { [kExchange]?: Exchange })[kExchange] = exchange
@@ -699,6 +769,7 @@ export class HttpForwarder {
     exchange.done = true
     if (exchange.timer !== null) clearTimeout(exchange.timer)
     if (exchange.stalledAt !== 0) this.#stalled.delete(exchange)
+    if (exchange.line !== null) process.nextTick(nextOnLine, this, exchange.line)
     this.stopReceiving(exchange)
     if (exchange.bodyBuffer !== null) this.#endBuffering(exchange)
     this.#release(exchange)

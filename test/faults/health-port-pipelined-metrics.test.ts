@@ -7,7 +7,7 @@
 // the default liveness probe (1 s timeout, 3 failures) restarts the router, and every Pylon
 // registration and tunnel on it. SPEC §12: the health port answers probes under load on it.
 //
-// The defence (lib/health/serial-requests.ts, metrics-render.ts): a connection's requests are
+// The defence (lib/serial-requests.ts, lib/health/metrics-render.ts): a connection's requests are
 // answered one at a time, a connection with more than 8 waiting is closed, and /metrics
 // renderings are shared and start at most every 100 ms.
 //

@@ -1,7 +1,7 @@
-// The health port answers a connection's requests one at a time and closes a connection that
-// pipelines more than its bound (lib/health/serial-requests.ts, issue 30).
+// The health port and the forwarder run an HTTP/1.1 connection's requests one at a time and
+// close a connection that pipelines more than their bound (lib/serial-requests.ts, issue 30).
 import t from 'tap'
-import { SerialRequests } from '../../lib/health/serial-requests.ts'
+import { SerialRequests } from '../../lib/serial-requests.ts'
 
 t.test('the first request runs, the next wait in order and run as each ends', async (t) => {
   const serial = new SerialRequests<object, string>(2)
