@@ -12,7 +12,7 @@
 // renderings are shared and start at most every 100 ms.
 //
 // What the test sends: that attack, 300 connections of 50 pipelined `GET /metrics` never read,
-// and 100 more such connections a second for the whole test; what it checks: /livez and
+// and 30 more such connections a second for the whole test; what it checks: /livez and
 // /readyz each answer on a new connection within the kubelet's default 1 s probe timeout, every
 // half second for 10 s, a scrape still gets the metrics, and the pipelining connections are
 // counted as closed.
@@ -28,7 +28,7 @@ const CONNECTIONS = 300
 const PIPELINED = 50
 const PROBE_TIMEOUT_MS = 1000
 /** New attacking connections a second while the probes run. */
-const REOPEN_PER_SECOND = 100
+const REOPEN_PER_SECOND = 30
 
 function within<T> (p: Promise<T>, ms: number): Promise<T | 'timeout'> {
   return Promise.race([p, sleep(ms).then(() => 'timeout' as const)])
