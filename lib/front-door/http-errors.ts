@@ -23,7 +23,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { HTTP_ERRORS, errorBody, type StaticHttpErrorCode } from '../http-forward/errors.ts'
-import { writeErrorResponse } from '../http-forward/forwarder.ts'
+import { ALLOWED_METHODS, writeErrorResponse } from '../http-forward/forwarder.ts'
 import { requestIdOf } from '../http-forward/headers.ts'
 import { grpcError, type GrpcError } from '../control-plane/errors.ts'
 import { fillMessage } from '../error-catalogue.ts'
@@ -84,7 +84,7 @@ export function refuseConnectStream (req: Http2ServerRequest, res: Http2ServerRe
 export const CONNECT_REFUSAL: string = (() => {
   const code = 'method_not_allowed'
   const body = errorBody(code, HTTP_ERRORS[code].message)
-  return h1ErrorResponse(code, body, 'allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n')
+  return h1ErrorResponse(code, body, `allow: ${ALLOWED_METHODS}\r\n`)
 })()
 
 /** Hands a request to the HTTP forwarder (front-door.ts). */

@@ -819,7 +819,7 @@ function writeError (res: Res, code: StaticHttpErrorCode, requestId: string, clo
 }
 
 /** RFC 9110 §15.5.6: a 405 lists what the target takes; the router forwards every method but CONNECT. */
-const ALLOWED_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS'
+export const ALLOWED_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS'
 
 function closeStreamNoError (this: ServerHttp2Stream): void {
   if (!this.closed && !this.destroyed) this.close(h2constants.NGHTTP2_NO_ERROR)
