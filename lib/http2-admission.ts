@@ -14,7 +14,8 @@
  * makes the server do work for nothing. Each session counts, per window, the streams the client
  * opened and those it reset within earlyMs of opening; when the window holds at least minResets
  * early resets and they are most of the streams, the session is told GOAWAY ENHANCE_YOUR_CALM
- * and closed. nghttp2's own reset rate limit stays in force below it. Streams that close
+ * and closed. A reset is any stream closed before its response was ended, whatever the code
+ * (RST_STREAM NO_ERROR too). nghttp2's own reset rate limit stays in force below it. Streams that close
  * because their connection ended are not resets (see RapidResetGuard.recordAbort).
  */
 import { constants, type ServerHttp2Session, type ServerHttp2Stream, type ServerOptions, type Settings } from 'node:http2'
@@ -132,8 +133,19 @@ interface GuardState {
 type GuardedSession = ServerHttp2Session & { [kState]?: GuardState }
 type GuardedStream = ServerHttp2Stream & { [kOpenedAt]?: number, [kState]?: GuardState }
 
+/**
+ * A stream counts as reset when it closed before the router finished its response (Node marks
+ * it aborted), whatever the RST_STREAM code: NO_ERROR included, which a client may send
+ * (RFC 9113 §8.1) and which an attacker sends to look like a stream that completed. A client
+ * that sends RST_STREAM NO_ERROR after the whole response (as gRPC clients may once they have
+ * the trailers) is not counted: the response was ended first.
+ */
+function resetEarly (stream: ServerHttp2Stream): boolean {
+  return stream.aborted || stream.rstCode !== constants.NGHTTP2_NO_ERROR
+}
+
 function onStreamClose (this: GuardedStream): void {
-  if (this.rstCode !== constants.NGHTTP2_NO_ERROR) this[kState]?.guard.recordAbort(this)
+  if (resetEarly(this)) this[kState]?.guard.recordAbort(this)
 }
 
 export class RapidResetGuard {
@@ -166,7 +178,7 @@ export class RapidResetGuard {
     stream[kOpenedAt] = now
     stream[kState] = state
     if (stream.destroyed) {
-      if (stream.rstCode !== constants.NGHTTP2_NO_ERROR) this.recordAbort(stream)
+      if (resetEarly(stream)) this.recordAbort(stream)
     } else {
       stream.once('close', onStreamClose)
     }

@@ -14,7 +14,7 @@ import { CONTAINED_MESSAGE } from './uncaught-errors.ts'
 export type { Logger }
 
 /** What per-request code logs through: a pino child, or the front door's lazily bound one. */
-export type RequestLog = Pick<Logger, 'warn' | 'debug' | 'isLevelEnabled'>
+export type RequestLog = Pick<Logger, 'error' | 'warn' | 'debug' | 'isLevelEnabled'>
 
 /**
  * Messages a peer that has not authenticated (or a misbehaving pod) can trigger once per

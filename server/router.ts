@@ -208,6 +208,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     bodyMinBytesPerSecond: config.httpBodyMinBytesPerSecond,
     bodyRateWindowMs: config.httpBodyRateWindowMs,
     bodyDeadlineMs: config.httpBodyDeadlineMs,
+    responseStallTimeoutMs: config.httpResponseStallTimeoutMs,
     maxPerClientPerPod: clientShareLimit(config.httpUpstreamMaxConnections, config.httpUpstreamMaxClientSharePercent),
     trustedProxies: new TrustedProxies(config.trustedProxyCidrs),
     metrics,
@@ -274,6 +275,7 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     logger,
     onRefused: (reason) => { metrics.limits.connectionsRefused.labels('health', reason).inc() },
     onEvicted: (state) => { metrics.limits.healthConnectionsEvicted.labels(state).inc() },
+    onPipelining: () => { metrics.limits.healthPipeliningCloses.inc() },
   })
   closers.push('health', () => health.close())
   const healthAddress = await health.listen()

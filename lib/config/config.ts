@@ -100,6 +100,7 @@ export interface Config {
   readonly httpBodyMinBytesPerSecond: number
   readonly httpBodyRateWindowMs: number
   readonly httpBodyDeadlineMs: number
+  readonly httpResponseStallTimeoutMs: number
   readonly httpUpstreamMaxClientSharePercent: number
   readonly upstreamTlsSystemCa: boolean
   readonly frontDoorMaxConnections: number
@@ -409,6 +410,7 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     httpBodyMinBytesPerSecond: defaultedInt('http-body-min-bytes-per-second', 0, 1_000_000_000),
     httpBodyRateWindowMs: defaultedInt('http-body-rate-window-ms', 100, MAX_MS),
     httpBodyDeadlineMs: defaultedInt('http-body-deadline-ms', 0, MAX_MS),
+    httpResponseStallTimeoutMs: defaultedInt('http-response-stall-timeout-ms', 0, MAX_MS),
     httpUpstreamMaxClientSharePercent: defaultedInt('http-upstream-max-client-share-percent', 0, 100),
     upstreamTlsSystemCa,
     frontDoorMaxConnections: defaultedInt('front-door-max-connections', 1, 1_000_000),

@@ -170,6 +170,7 @@ export const FLAGS: readonly FlagSpec[] = [
   int('http-body-min-bytes-per-second', 1024, 'least average rate of an LLM client request body over each --http-body-rate-window-ms while it is incomplete (408 body_rate_too_low); 0 disables'),
   int('http-body-rate-window-ms', 60000, 'window over which --http-body-min-bytes-per-second is averaged (>= 100)'),
   int('http-body-deadline-ms', 900000, 'most time from an LLM client request head to the end of its body (408 body_deadline_exceeded); 0 disables'),
+  int('http-response-stall-timeout-ms', 60000, 'longest the router waits on an LLM client to take response bytes while the pod has more (the client\'s connection is then closed and the pod\'s released); 0 disables'),
   int('http-upstream-max-client-share-percent', 25, 'percent of --http-upstream-max-connections one client address may hold or wait for at one pod (429 client_over_share); behind a proxy in --trusted-proxy-cidrs the client is the one x-forwarded-for names; 0 disables'),
 
   // WebTransport sessions

@@ -3,7 +3,9 @@
  * body comes from HTTP_ERRORS (lib/http-forward/errors.ts), whichever layer refuses the request.
  *
  *   connection layer (listener.ts)  an oversized HTTP/2 header list: headersTooLargeAnswers;
- *                                   an HTTP/1.0 request with Transfer-Encoding: refuseUnframedRequest
+ *                                   an HTTP/1.0 request with Transfer-Encoding, a request line
+ *                                   that is not HTTP/1.x: refuseRequest; an HTTP/1.1 CONNECT:
+ *                                   refuseConnect
  *   Node's HTTP/1.1 parser          bytes it gave up on: createClientErrorHandler (Fastify's
  *                                   clientErrorHandler option), unless a request of that
  *                                   connection is in flight (the listener decides then)
@@ -17,10 +19,11 @@
  */
 import { STATUS_CODES } from 'node:http'
 import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type { Socket } from 'node:net'
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify'
 import { HTTP_ERRORS, errorBody, type StaticHttpErrorCode } from '../http-forward/errors.ts'
-import { writeErrorResponse } from '../http-forward/forwarder.ts'
+import { ALLOWED_METHODS, writeErrorResponse } from '../http-forward/forwarder.ts'
 import { requestIdOf } from '../http-forward/headers.ts'
 import { grpcError, type GrpcError } from '../control-plane/errors.ts'
 import { fillMessage } from '../error-catalogue.ts'
@@ -60,13 +63,29 @@ export function createClientErrorHandler (maxHeaderListSize: number, logger: Log
 }
 
 /**
- * The 400 bad_request for an HTTP/1.0 request with Transfer-Encoding (RFC 9112 §6.1), before it
- * is routed; the connection closes after it.
+ * An HTTP/1.x request refused before it is routed, the connection closing after the answer:
+ * bad_request for an HTTP/1.0 request with Transfer-Encoding (RFC 9112 §6.1) or a request line
+ * without a version (HTTP/0.9), http_version_not_supported for `HTTP/2.0`.
  */
-export function refuseUnframedRequest (req: IncomingMessage, res: ServerResponse): void {
+export function refuseRequest (req: IncomingMessage, res: ServerResponse, code: 'bad_request' | 'http_version_not_supported'): void {
   res.shouldKeepAlive = false
-  writeErrorResponse(req, res, 'bad_request', requestIdOf(req.headers['x-request-id']))
+  writeErrorResponse(req, res, code, requestIdOf(req.headers['x-request-id']))
 }
+
+/** An HTTP/2 CONNECT (without :protocol, which the front door does not enable): 405 method_not_allowed. */
+export function refuseConnectStream (req: Http2ServerRequest, res: Http2ServerResponse): void {
+  writeErrorResponse(req, res, 'method_not_allowed', requestIdOf(req.headers['x-request-id']))
+}
+
+/**
+ * The answer to an HTTP/1.1 CONNECT (Node's 'connect' event, which hands over the socket with
+ * no response object): 405 method_not_allowed, and the connection closes.
+ */
+export const CONNECT_REFUSAL: string = (() => {
+  const code = 'method_not_allowed'
+  const body = errorBody(code, HTTP_ERRORS[code].message)
+  return h1ErrorResponse(code, body, `allow: ${ALLOWED_METHODS}\r\n`)
+})()
 
 /** Hands a request to the HTTP forwarder (front-door.ts). */
 export type ForwardRequest = (request: FastifyRequest, reply: FastifyReply) => void
@@ -88,7 +107,7 @@ export function createErrorHandler (): (error: FastifyError, request: FastifyReq
 }
 
 /** A complete HTTP/1.1 error response for a connection the parser gave up on (it then closes). */
-function h1ErrorResponse (code: 'headers_too_large' | 'bad_request', body: Buffer): string {
+function h1ErrorResponse (code: 'headers_too_large' | 'bad_request' | 'method_not_allowed', body: Buffer, extraFields = ''): string {
   const { status } = HTTP_ERRORS[code]
-  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json\r\nx-stargate-error-code: ${code}\r\nconnection: close\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json\r\nx-stargate-error-code: ${code}\r\n${extraFields}connection: close\r\ncontent-length: ${body.length}\r\n\r\n${body.toString('latin1')}`
 }

@@ -43,7 +43,7 @@ import type { ConnectionRegistry } from '../drain/connection-registry.ts'
 import { DRAIN_REASONS } from '../drain/drain-reasons.ts'
 import { FrontDoorConnection, type EndGrpcStream } from './connection-drain.ts'
 import { HTTP_ERRORS } from '../http-forward/errors.ts'
-import { headersTooLargeAnswers, refuseUnframedRequest, type HeadersTooLarge } from './http-errors.ts'
+import { CONNECT_REFUSAL, headersTooLargeAnswers, refuseConnectStream, refuseRequest, type HeadersTooLarge } from './http-errors.ts'
 import { DEFAULT_HTTP2_LIMITS, Http2StreamGuard, hardenedHttp2Options, type Http2Limits, type RapidResetGuardOptions } from '../http2-admission.ts'
 import { ConnectionDeadlines, type ConnectionTimeouts, type DeadlineReason, type TrackedConnection } from './connection-deadlines.ts'
 import type { Logger } from '../log.ts'
@@ -200,6 +200,14 @@ export class FrontDoorListener {
     // Without this listener Node answers 100 Continue before the request is routed; the HTTP
     // handler sends it once the request may go ahead (refused ones never upload their body).
     this.#h1.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { this.#onH1Request(req, res) })
+    // CONNECT asks for a tunnel, which a reverse proxy does not open. Node hands such a request
+    // over with its socket and no response; without a listener it closes the socket unanswered.
+    this.#h1.on('connect', (_req: IncomingMessage, socket: Socket) => {
+      this.#h1Closing.add(socket)
+      if (socket.writable && !socket.destroyed) socket.end(CONNECT_REFUSAL)
+      else socket.destroy()
+      options.logger.debug({ remote: socket.remoteAddress }, 'front door refused an http/1.1 connect')
+    })
     // Its 'clientError' (a head the parser gave up on) is answered by the owner of the HTTP
     // handling: Fastify's clientErrorHandler (front-door.ts, http-errors.ts).
     if (options.tls === null) {
@@ -459,8 +467,17 @@ export class FrontDoorListener {
     // with 400 as well.
     if (req.httpVersionMinor === 0 && req.headers['transfer-encoding'] !== undefined) {
       this.#h1Closing.add(socket)
-      refuseUnframedRequest(req, res)
+      refuseRequest(req, res, 'bad_request')
       this.#options.logger.debug({ remote: socket.remoteAddress }, 'front door refused an http/1.0 request with transfer-encoding')
+      return
+    }
+    // Node's parser takes a request line without a version (HTTP/0.9: `GET /path`) and one
+    // saying `HTTP/2.0`; neither is an HTTP/1.x request to forward (RFC 9112 §2.3). HTTP/2
+    // starts with its preface (the listener sniffs it), never with a request line.
+    if (req.httpVersionMajor !== 1) {
+      this.#h1Closing.add(socket)
+      refuseRequest(req, res, req.httpVersionMajor === 0 ? 'bad_request' : 'http_version_not_supported')
+      this.#options.logger.debug({ remote: socket.remoteAddress, version: req.httpVersion }, 'front door refused a request line that is not http/1.x')
       return
     }
     this.#options.onHttpRequest(req, res)
@@ -564,6 +581,8 @@ export class FrontDoorListener {
     // streams so that gRPC streams never carry compat listeners (they would send trailers).
     const req = new Http2ServerRequest(stream, headers, {}, rawHeaders)
     const res = new Http2ServerResponse(stream)
+    // A tunnel is no request to forward (Node's compat layer would answer a bare 405 itself).
+    if (headers[':method'] === 'CONNECT') { refuseConnectStream(req, res); return }
     this.#options.onHttpRequest(req, res)
   }
 }

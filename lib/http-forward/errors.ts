@@ -59,7 +59,7 @@ export const HTTP_ERRORS = {
   bad_request: {
     status: 400,
     message: 'malformed request: it cannot be parsed or forwarded as sent',
-    meaning: 'the HTTP/1.1 request could not be parsed, an HTTP/1.0 request carries Transfer-Encoding (faulty framing, RFC 9112 §6.1; the connection closes and nothing sent after it is read), or its request target or a header cannot be sent upstream as given (e.g. `OPTIONS *`). Nothing refused is forwarded: bytes the parser refuses while a request of the connection is in flight get no 400; that request is answered and the connection closes (or it is cut, when they break into its body)',
+    meaning: 'the HTTP/1.1 request could not be parsed, its request line has no HTTP version (the HTTP/0.9 form `GET /path`), an HTTP/1.0 request carries Transfer-Encoding (faulty framing, RFC 9112 §6.1; in both cases the connection closes and nothing sent after it is read), or its request target or a header cannot be sent upstream as given (e.g. `OPTIONS *`, a target with a `#fragment`, which RFC 9112 §3.2 never lets a request target carry, or a Host or :authority that is no valid host[:port], RFC 9110 §7.2: an unbalanced IPv6 bracket, userinfo, a port that is not a number). Nothing refused is forwarded: bytes the parser refuses while a request of the connection is in flight get no 400; that request is answered and the connection closes (or it is cut, when they break into its body)',
     action: 'fix the client\'s request; the router forwards origin-form and absolute-form targets only',
   },
   // Limits and hostile peers
@@ -105,6 +105,18 @@ export const HTTP_ERRORS = {
     message: 'this client holds its share of the stargate\'s connections; retry later',
     meaning: 'the client address already holds or waits for --http-upstream-max-client-share-percent of the chosen pod\'s connections (behind a proxy listed in --trusted-proxy-cidrs, the address x-forwarded-for gives)',
     action: 'retry with backoff, or spread the load over more stargates; behind a Gateway, list it in --trusted-proxy-cidrs, else all its clients count as one',
+  },
+  method_not_allowed: {
+    status: 405,
+    message: 'the router does not open tunnels: CONNECT is not supported',
+    meaning: 'a CONNECT request (a tunnel through a forward proxy, RFC 9110 §9.3.6): the router is a reverse proxy that forwards requests to stargates; over HTTP/1.1 the connection closes after the answer',
+    action: 'send the requests themselves to the router (or through your own forward proxy), not a CONNECT',
+  },
+  http_version_not_supported: {
+    status: 505,
+    message: 'http version not supported on this connection',
+    meaning: 'an HTTP/1.1 connection carried a request line with another major version (`HTTP/2.0`): HTTP/2 starts with its connection preface (h2c, or ALPN h2 over TLS), never with a request line; the connection closes after the answer',
+    action: 'speak HTTP/1.1 on an HTTP/1.1 connection, or HTTP/2 with its preface',
   },
   // The front door on Fastify
   internal_error: {

@@ -23,6 +23,12 @@
  * (client-address.ts) may hold at most --http-upstream-max-client-share-percent of a pod's
  * connections, counting the requests holding or waiting for one.
  *
+ * A slow reader costs a pod nothing it cannot afford either: while the client does not take
+ * the response (its socket or stream is full, and the pod is held back in turn), a stall timer
+ * runs; after --http-response-stall-timeout-ms without the client taking a byte, the client's
+ * connection is closed and the pod's connection destroyed (a request undici has not finished
+ * is never handed back idle). Checked on one coarse tick for all stalled responses.
+ *
  * A failure before any byte of the request was written to the pod (connect refused or timed
  * out, unreachable: undici had not called onConnect yet) is retried once on another pod;
  * nothing that may have reached a pod is retried, so a DELETE never runs twice.
@@ -34,6 +40,10 @@
  * 502 upstream_invalid_response for that request, never an exception. `Expect: 100-continue`
  * is answered by the router once the request is routed. An error answered while the client may
  * still be sending a body closes the connection instead of reading the rest.
+ *
+ * HTTP/1.1 requests of one connection are forwarded one at a time (lib/serial-requests.ts):
+ * their answers leave in order anyway, so a pipelining client holds at most one pod connection
+ * per TCP connection, and one with more than MAX_PIPELINED requests waiting is closed.
  *
  * Each request is one Exchange object, which is also the undici dispatch handler (undici's
  * native callback interface: no wrapper objects, no header parsing into objects).
@@ -56,11 +66,14 @@ import { lateConnect, UpstreamAbortError, type PodRequest, type PodSlot } from '
 import { BodyPace, type BodyLimits, type BodyVerdict } from './body-pace.ts'
 import { clientKeyOf } from './client-address.ts'
 import { BodyBuffer } from './body-buffer.ts'
+import { SerialRequests } from '../serial-requests.ts'
+import type { Socket } from 'node:net'
 
 type Req = IncomingMessage | Http2ServerRequest
 type Res = ServerResponse | Http2ServerResponse
 
-export type HttpOutcome = 'forwarded' | 'client_aborted' | HttpErrorCode
+/** client_stalled: the client took no response bytes for the stall timeout (connection closed). */
+export type HttpOutcome = 'forwarded' | 'client_aborted' | 'client_stalled' | HttpErrorCode
 
 export interface HttpForwarderOptions {
   readonly snapshot: SnapshotReader
@@ -79,6 +92,8 @@ export interface HttpForwarderOptions {
   readonly bodyRateWindowMs: number
   /** 0: no body deadline. */
   readonly bodyDeadlineMs: number
+  /** Longest the router waits on a client to take response bytes; 0: no limit. */
+  readonly responseStallTimeoutMs: number
   /** Requests one client may hold or queue for one pod (clientShareLimit); 0: no limit. */
   readonly maxPerClientPerPod: number
   readonly trustedProxies: TrustedProxies
@@ -147,6 +162,10 @@ class Exchange implements PodRequest {
   /** HTTP/1.1 responses: the head can wait for the body in a corked socket (see onHeaders). */
   readonly corkable: boolean
   wroteBody = false
+  /** HTTP/1.1: the connection whose line this request holds (SerialRequests); null for HTTP/2. */
+  line: Socket | null = null
+  /** When the client last stopped taking response bytes (res.write returned false); 0: it takes them. */
+  stalledAt = 0
 
   constructor (start: ExchangeStart) {
     this.forwarder = start.forwarder
@@ -161,7 +180,7 @@ class Exchange implements PodRequest {
     this.hasBody = start.hasBody
     this.client = start.client
     this.startedAt = performance.now()
-    this.corkable = start.req.httpVersionMajor === 1
+    this.corkable = !isHttp2(start.req)
   }
 
   dispatchOptions (): Dispatcher.DispatchOptions {
@@ -231,7 +250,10 @@ class Exchange implements PodRequest {
   onData (chunk: Buffer): boolean {
     if (this.done) return false
     this.wroteBody = true
-    return (this.res as ServerResponse).write(chunk)
+    if ((this.res as ServerResponse).write(chunk)) return true
+    // undici stops reading the pod until 'drain': the client holds the pod from here on.
+    if (this.stalledAt === 0) this.forwarder.stalled(this)
+    return false
   }
 
   onComplete (): void {
@@ -248,11 +270,19 @@ class Exchange implements PodRequest {
   }
 }
 
+/**
+ * An HTTP/2 request (the compat request of a stream). Not httpVersionMajor: an HTTP/1.1
+ * connection may carry a request line saying `HTTP/2.0`, which the listener refuses (505).
+ */
+function isHttp2 (req: Req): req is Http2ServerRequest {
+  return (req as Http2ServerRequest).stream !== undefined
+}
+
 /** The client may still be sending a body we will not read: close rather than drain it. */
 function bodyPending (req: Req): boolean {
   if (req.complete) return false
   // The 'request' event runs before the parser marks even a bodyless request complete.
-  if (req.httpVersionMajor === 2) return !(req as Http2ServerRequest).stream.endAfterHeaders
+  if (isHttp2(req)) return !req.stream.endAfterHeaders
   const length = req.headers['content-length']
   return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined
 }
@@ -266,7 +296,14 @@ function flushHead (exchange: Exchange): void {
 }
 
 function onResDrain (this: Res & { [kExchange]?: Exchange }): void {
-  this[kExchange]?.resume?.()
+  const exchange = this[kExchange]
+  if (exchange === undefined) return
+  exchange.stalledAt = 0
+  exchange.resume?.()
+}
+
+function checkStalls (forwarder: HttpForwarder): void {
+  forwarder.checkStalls()
 }
 
 function onResClose (this: Res & { [kExchange]?: Exchange }): void {
@@ -329,6 +366,21 @@ function onTimeout (exchange: Exchange): void {
 
 const kExchange = Symbol('exchange')
 
+/** HTTP/1.1 requests that may wait behind the one being forwarded on their connection. */
+export const MAX_PIPELINED = 16
+
+/** A pipelined HTTP/1.1 request waiting for its turn on its connection. */
+type Waiting = readonly [IncomingMessage, ServerResponse, string, RequestLog]
+
+/** An Exchange was made for this response: the request is being forwarded (or was). */
+function forwarding (res: Res): boolean {
+  return (res as Res & { [kExchange]?: Exchange })[kExchange] !== undefined
+}
+
+function nextOnLine (forwarder: HttpForwarder, socket: Socket): void {
+  forwarder.nextOnLine(socket)
+}
+
 export class HttpForwarder {
   readonly options: HttpForwarderOptions
   readonly #limits: BodyLimits
@@ -342,6 +394,11 @@ export class HttpForwarder {
   /** Slow bodies judged on the last tick, refused a batch per event-loop turn (refuseSlowBodies). */
   #refusals: Array<readonly [Exchange, BodyVerdict]> = []
   #refusing = false
+  /** Responses the client stopped taking (stalledAt set), for the stall timeout. */
+  readonly #stalled = new Set<Exchange>()
+  #stallTick: NodeJS.Timeout | null = null
+  readonly #stallTickMs: number
+  readonly #lines = new SerialRequests<Socket, Waiting>(MAX_PIPELINED)
 
   constructor (options: HttpForwarderOptions) {
     this.options = options
@@ -354,6 +411,39 @@ export class HttpForwarder {
     // A quarter of the shortest limit, between 25 ms and 1 s: a verdict comes at most that late.
     const shortest = Math.min(options.idleTimeoutMs, options.bodyMinBytesPerSecond > 0 ? options.bodyRateWindowMs : Infinity, options.bodyDeadlineMs > 0 ? options.bodyDeadlineMs : Infinity)
     this.#tickMs = Math.max(25, Math.min(1000, Math.floor(shortest / 4)))
+    this.#stallTickMs = Math.max(25, Math.min(1000, Math.floor(options.responseStallTimeoutMs / 4)))
+  }
+
+  /** The client stopped taking this response: its stall timer starts. */
+  stalled (exchange: Exchange): void {
+    if (this.options.responseStallTimeoutMs === 0) return
+    exchange.stalledAt = performance.now()
+    this.#stalled.add(exchange)
+    if (this.#stallTick === null) {
+      this.#stallTick = setInterval(checkStalls, this.#stallTickMs, this)
+      this.#stallTick.unref()
+    }
+  }
+
+  /** Closes the responses whose client took nothing for the stall timeout. */
+  checkStalls (): void {
+    const now = performance.now()
+    const timeout = this.options.responseStallTimeoutMs
+    for (const exchange of this.#stalled) {
+      if (exchange.done) { this.#stalled.delete(exchange); continue }
+      // Drained since: the client took bytes; it is tracked again at its next stall.
+      if (exchange.stalledAt === 0) { this.#stalled.delete(exchange); continue }
+      if (now - exchange.stalledAt < timeout) continue
+      this.options.metrics.httpClientLimitRefusals.labels('response_stalled').inc()
+      exchange.log.debug({ pod: exchange.pod.target.identity, stalledMs: Math.round(now - exchange.stalledAt) }, 'closing a client that stopped reading its response')
+      ;(exchange.res as ServerResponse).destroy()
+      // Gives the pod connection back destroyed: undici has not finished the response.
+      this.finish(exchange, 'client_stalled')
+    }
+    if (this.#stalled.size === 0 && this.#stallTick !== null) {
+      clearInterval(this.#stallTick)
+      this.#stallTick = null
+    }
   }
 
   #startReceiving (exchange: Exchange): void {
@@ -461,10 +551,55 @@ export class HttpForwarder {
    * x-request-id, else a new one: requestIdOf in headers.ts) and its logger.
    */
   handle (req: Req, res: Res, requestId: string, log: RequestLog): void {
+    if (isHttp2(req)) { this.#handle(req, res, requestId, log); return }
+    const socket = req.socket
+    // Parsed from the same read as a request that got its connection closed.
+    if (socket.destroyed) return
+    switch (this.#lines.arrive(socket, [req, res as ServerResponse, requestId, log])) {
+      case 'run':
+        try {
+          this.#handle(req, res, requestId, log)
+        } finally {
+          // Refused at once (or failed): it holds no line.
+          if (!forwarding(res)) this.nextOnLine(socket)
+        }
+        break
+      case 'close':
+        this.options.metrics.httpClientLimitRefusals.labels('pipelined_requests').inc()
+        socket.destroy()
+        break
+      case 'wait':
+        break
+    }
+  }
+
+  /** The line of an HTTP/1.1 connection is free: the next waiting request runs (a tick later, out of undici's callbacks). */
+  nextOnLine (socket: Socket): void {
+    let next = this.#lines.done(socket)
+    while (next !== null) {
+      const [req, res, requestId, log] = next
+      if (!socket.destroyed && !res.destroyed) {
+        try {
+          this.#handle(req, res, requestId, log)
+        } catch (err) {
+          // What the front door's error handler does for a request it runs itself.
+          log.error({ err: (err as Error).message }, 'front door request failed')
+          writeErrorResponse(req, res, 'internal_error', requestId)
+        }
+        // Forwarded: it holds the line until it finishes; refused at once: the next one runs.
+        if (forwarding(res)) return
+      } else {
+        this.options.metrics.httpRequests.labels('client_aborted', '4xx').inc()
+      }
+      next = this.#lines.done(socket)
+    }
+  }
+
+  #handle (req: Req, res: Res, requestId: string, log: RequestLog): void {
     const { options } = this
-    const h2 = req.httpVersionMajor === 2
-    const target = resolveRequestTarget(h2, req.url ?? '/', req.headers.host, h2 ? (req as Http2ServerRequest).authority : undefined)
-    if (!target.ok) { this.#reject(req, res, 'host_mismatch', requestId); return }
+    const h2 = isHttp2(req)
+    const target = resolveRequestTarget(h2, req.url ?? '/', req.headers.host, h2 ? req.authority : undefined)
+    if (!target.ok) { this.#reject(req, res, target.code, requestId); return }
     const host = target.host
 
     // The same resolution as registration and tunnels (SPEC §4); a Host the template does not
@@ -508,6 +643,7 @@ export class HttpForwarder {
       trusted: options.trustedProxies.trusts(peer),
     })
     const exchange = new Exchange({ forwarder: this, req, res, pod, path: target.path, hostTargeted, requestId, log, headers, hasBody, client })
+    if (!h2) exchange.line = req.socket
     const tagged = res as Res & { [kExchange]?: Exchange }
     tagged[kExchange] = exchange
     ;(req as Req & { [kExchange]?: Exchange })[kExchange] = exchange
@@ -635,6 +771,8 @@ export class HttpForwarder {
     if (exchange.done) return
     exchange.done = true
     if (exchange.timer !== null) clearTimeout(exchange.timer)
+    if (exchange.stalledAt !== 0) this.#stalled.delete(exchange)
+    if (exchange.line !== null) process.nextTick(nextOnLine, this, exchange.line)
     this.stopReceiving(exchange)
     if (exchange.bodyBuffer !== null) this.#endBuffering(exchange)
     this.#release(exchange)
@@ -675,12 +813,16 @@ function writeError (res: Res, code: StaticHttpErrorCode, requestId: string, clo
     'x-request-id', requestId,
   ]
   if (close && !h2) fields.push('connection', 'close')
+  if (code === 'method_not_allowed') fields.push('allow', ALLOWED_METHODS)
   ;(res as ServerResponse).writeHead(HTTP_ERRORS[code].status, fields)
   // The stream's own 'finish' (its response is sent): the compat response emits 'finish' only
   // once the stream has closed, which a client still sending never lets happen.
   if (close && h2) (res as Http2ServerResponse).stream.once('finish', closeStreamNoError)
   res.end(body)
 }
+
+/** RFC 9110 §15.5.6: a 405 lists what the target takes; the router forwards every method but CONNECT. */
+export const ALLOWED_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS'
 
 function closeStreamNoError (this: ServerHttp2Stream): void {
   if (!this.closed && !this.destroyed) this.close(h2constants.NGHTTP2_NO_ERROR)

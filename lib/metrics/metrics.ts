@@ -17,7 +17,7 @@ import { createDrainMetrics, type DrainMetrics } from '../drain/drain-metrics.ts
 import { CONTAINED_CODES } from '../uncaught-errors.ts'
 
 /** Refusals of one client's request by a per-client limit (the error codes sent). */
-const CLIENT_LIMIT_REASONS = ['request_timeout', 'body_rate_too_low', 'body_deadline_exceeded', 'client_over_share'] as const
+const CLIENT_LIMIT_REASONS = ['request_timeout', 'body_rate_too_low', 'body_deadline_exceeded', 'client_over_share', 'response_stalled', 'pipelined_requests'] as const
 
 /** LLM request bodies being read before their pod connection, and their bytes. */
 export interface BufferedBodies {
@@ -102,11 +102,11 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     registrationStreamDuration: define.histogram('registration_stream_duration_seconds', 'Lifetime of forwarded RegisterInferenceServer streams', [0.01, 0.1, 1, 10, 60, 300, 900, 3600, 14400]),
     upstreamSessions: define.gauge('upstream_sessions', 'HTTP/2 client sessions to Stargate pods (connecting or connected), over all pods'),
     // Outcomes are error codes and status classes follow them: only the usual pair starts at 0.
-    httpRequests: define.counter('http_requests_total', 'LLM client HTTP requests by outcome (forwarded, client_aborted, or the error code sent) and response status class', { outcome: ['forwarded'], status_class: ['2xx'] }),
+    httpRequests: define.counter('http_requests_total', 'LLM client HTTP requests by outcome (forwarded, client_aborted, client_stalled (closed by the response stall timeout), or the error code sent) and response status class', { outcome: ['forwarded'], status_class: ['2xx'] }),
     httpRequestsInFlight: define.gauge('http_requests_in_flight', 'LLM client HTTP requests being forwarded right now'),
     httpRequestDuration: define.histogram('http_request_duration_seconds', 'Time from receiving an LLM client request to the end of its response (SSE streams included)', [0.005, 0.025, 0.1, 0.5, 1, 2.5, 10, 30, 60, 180, 600]),
     httpTimeToFirstByte: define.histogram('http_time_to_first_byte_seconds', 'Time from receiving an LLM client request to the pod\'s response headers', [0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]),
-    httpClientLimitRefusals: define.counter('http_client_limit_refusals_total', 'LLM client requests refused by a per-client limit, by reason: request_timeout (the body went silent), body_rate_too_low, body_deadline_exceeded, client_over_share (the client holds its share of the pod\'s connections)', { reason: CLIENT_LIMIT_REASONS }),
+    httpClientLimitRefusals: define.counter('http_client_limit_refusals_total', 'LLM client requests refused by a per-client limit, by reason: request_timeout (the body went silent), body_rate_too_low, body_deadline_exceeded, client_over_share (the client holds its share of the pod\'s connections), response_stalled (the client took no response bytes for --http-response-stall-timeout-ms: its connection closed, the pod\'s released), pipelined_requests (an HTTP/1.1 connection with more than 16 requests waiting behind the one forwarded: closed)', { reason: CLIENT_LIMIT_REASONS }),
     httpBodiesBuffering: define.gauge('http_request_bodies_buffering', 'LLM client requests whose body is being read before a pod connection is taken (--http-body-buffer-bytes)', {}, function () { if (bodySource !== null) this.set(bodySource().requests) }),
     httpBodyBufferedBytes: define.gauge('http_request_body_buffered_bytes', 'Bytes of LLM client request bodies held in memory while they are read before a pod connection is taken', {}, function () { if (bodySource !== null) this.set(bodySource().bytes) }),
     http2RapidResetCloses: define.counter('http2_rapid_reset_closes_total', 'HTTP/2 connections closed with GOAWAY ENHANCE_YOUR_CALM because most of their streams were reset right after opening'),

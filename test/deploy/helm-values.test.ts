@@ -98,6 +98,7 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'http-body-min-bytes-per-second': 512,
   'http-body-rate-window-ms': 30000,
   'http-body-deadline-ms': 600000,
+  'http-response-stall-timeout-ms': 30000,
   'http-upstream-max-client-share-percent': 50,
 }
 

@@ -12,6 +12,7 @@ import { waitFor } from '../fixtures/wait.ts'
 
 async function startHealth (t: Test, limits: HealthLimits): Promise<{ port: number, evicted: string[], health: HealthServer }> {
   const evicted: string[] = []
+  // Closed for pipelining: counted with the evictions here, as 'pipelining'.
   const health = new HealthServer({
     host: '127.0.0.1',
     port: 0,
@@ -21,6 +22,7 @@ async function startHealth (t: Test, limits: HealthLimits): Promise<{ port: numb
     discovery: { stalenessMs: () => 0 },
     limits,
     onEvicted: (state) => { evicted.push(state) },
+    onPipelining: () => { evicted.push('pipelining') },
   })
   const address = await health.listen()
   t.teardown(() => health.close())
@@ -70,4 +72,24 @@ t.test('at the cap a new connection is served and the oldest idle one is closed 
   t.equal(await held[0]?.closed, '', 'the oldest idle connection was closed to make room')
   t.same(evicted, ['idle'])
   t.equal(await health.connectionCount(), 2, 'the two newer ones are kept')
+})
+
+t.test('pipelined requests are answered one after another, in order', async (t) => {
+  const { port, evicted } = await startHealth(t, { ...LIMITS, keepAliveTimeoutMs: 2000 })
+  const client = openAndWrite(port, 'GET /livez HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\nconnection: close\r\n\r\n')
+  t.teardown(() => { client.socket.destroy() })
+  const answer = await client.closed
+  const statuses = [...answer.matchAll(/HTTP\/1\.1 (\d{3}) /g)].map((m) => m[1])
+  t.same(statuses, ['200', '200', '200'], 'three answers')
+  t.ok(answer.indexOf('\r\n\r\nok\n') < answer.indexOf('\r\n\r\nready\n') && answer.indexOf('\r\n\r\nready\n') < answer.lastIndexOf('HTTP/1.1 200'), 'livez, readyz, metrics, in order')
+  t.same(evicted, [], 'nothing closed')
+})
+
+t.test('a connection pipelining more than 8 requests behind the one answered is closed and counted', async (t) => {
+  const { port, evicted } = await startHealth(t, { ...LIMITS, keepAliveTimeoutMs: 2000 })
+  const client = openAndWrite(port, 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'.repeat(10))
+  t.teardown(() => { client.socket.destroy() })
+  await client.closed
+  t.same(evicted, ['pipelining'], 'closed for pipelining')
+  t.equal((await fetch(`http://127.0.0.1:${port}/livez`)).status, 200, 'probes still work')
 })

@@ -3,22 +3,13 @@
 // upstream carry the same JSON body and x-stargate-error-code as the forwarder's errors, from
 // HTTP_ERRORS (lib/http-forward/errors.ts; docs/errors.md).
 import t from 'tap'
-import net from 'node:net'
 import http2 from 'node:http2'
 import { StubPods } from '../fixtures/stub-pods.ts'
 import { waitFor } from '../fixtures/wait.ts'
+import { rawExchange } from '../fixtures/http-client.ts'
 
-/** Raw bytes to the front door; resolves with what came back before the socket closed. */
 function raw (port: number, bytes: string): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1', () => { socket.write(bytes) })
-    let out = ''
-    socket.setEncoding('latin1')
-    socket.on('data', (c: string) => { out += c })
-    socket.on('close', () => { resolve(out) })
-    socket.on('error', () => {})
-    setTimeout(() => { socket.destroy() }, 5000)
-  })
+  return rawExchange(port, bytes, 5000)
 }
 
 /** Status line, the x-stargate-error-code field and the JSON body of a raw HTTP/1.1 answer. */

@@ -5,7 +5,7 @@ import net from 'node:net'
 import { StubPods } from '../fixtures/stub-pods.ts'
 import { stargateSlice } from '../fixtures/kube-router.ts'
 import { waitFor } from '../fixtures/wait.ts'
-import { request } from '../fixtures/http-client.ts'
+import { rawExchange, request } from '../fixtures/http-client.ts'
 
 function errorOf (reply: { status: number, headers: Record<string, unknown>, body: string }): { status: number, code: unknown, header: unknown, message: unknown } {
   const body = JSON.parse(reply.body) as { error: { code: string, message: string } }
@@ -92,17 +92,8 @@ t.test('a body over --http-max-body-bytes is 413 payload_too_large, with or with
   t.equal(small.status, 200, 'a body under the limit passes')
 })
 
-/** Raw bytes to the front door; resolves with what came back before the socket closed. */
 function raw (port: number, bytes: string): Promise<string> {
-  return new Promise((resolve) => {
-    const socket = net.connect(port, '127.0.0.1', () => { socket.write(bytes) })
-    let out = ''
-    socket.setEncoding('latin1')
-    socket.on('data', (c: string) => { out += c })
-    socket.on('close', () => { resolve(out) })
-    socket.on('error', () => {})
-    setTimeout(() => { socket.destroy() }, 2000)
-  })
+  return rawExchange(port, bytes, 2000)
 }
 
 t.test('malformed requests and header injection get 400 and never reach a pod', async (t) => {

@@ -87,6 +87,7 @@ const DEFAULTS: Config = {
   httpBodyMinBytesPerSecond: 1024,
   httpBodyRateWindowMs: 60000,
   httpBodyDeadlineMs: 900000,
+  httpResponseStallTimeoutMs: 60000,
   httpUpstreamMaxClientSharePercent: 25,
   upstreamTlsSystemCa: false,
   frontDoorMaxConnections: 10000,
@@ -190,6 +191,7 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'http-body-min-bytes-per-second': { value: '0', expect: { httpBodyMinBytesPerSecond: 0 } },
   'http-body-rate-window-ms': { value: '5000', expect: { httpBodyRateWindowMs: 5000 } },
   'http-body-deadline-ms': { value: '0', expect: { httpBodyDeadlineMs: 0 } },
+  'http-response-stall-timeout-ms': { value: '0', expect: { httpResponseStallTimeoutMs: 0 } },
   'http-upstream-max-client-share-percent': { value: '100', expect: { httpUpstreamMaxClientSharePercent: 100 } },
 }
 

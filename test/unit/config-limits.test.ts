@@ -43,8 +43,10 @@ t.test('slow-client limits are range-checked, and 0 turns each optional one off'
   t.strictSame(errorOf(['--http-upstream-max-client-share-percent', '101']), { flag: 'http-upstream-max-client-share-percent', message: 'invalid --http-upstream-max-client-share-percent 101: must be between 0 and 100' })
   t.strictSame(errorOf(['--http-body-min-bytes-per-second=-1']), { flag: 'http-body-min-bytes-per-second', message: "invalid --http-body-min-bytes-per-second '-1': expected a whole number" })
   t.strictSame(errorOf(['--http-body-deadline-ms', '1.5']), { flag: 'http-body-deadline-ms', message: "invalid --http-body-deadline-ms '1.5': expected a whole number" })
-  const off = configOf(['--http-body-buffer-bytes', '0', '--http-body-min-bytes-per-second', '0', '--http-body-deadline-ms', '0', '--http-upstream-max-client-share-percent', '0'])
-  t.strictSame([off.httpBodyBufferBytes, off.httpBodyMinBytesPerSecond, off.httpBodyDeadlineMs, off.httpUpstreamMaxClientSharePercent], [0, 0, 0, 0])
+  t.strictSame(errorOf(['--http-response-stall-timeout-ms', '86400001']), { flag: 'http-response-stall-timeout-ms', message: 'invalid --http-response-stall-timeout-ms 86400001: must be between 0 and 86400000' })
+  t.strictSame(errorOf(['--http-response-stall-timeout-ms', 'soon']), { flag: 'http-response-stall-timeout-ms', message: "invalid --http-response-stall-timeout-ms 'soon': expected a whole number" })
+  const off = configOf(['--http-body-buffer-bytes', '0', '--http-body-min-bytes-per-second', '0', '--http-body-deadline-ms', '0', '--http-upstream-max-client-share-percent', '0', '--http-response-stall-timeout-ms', '0'])
+  t.strictSame([off.httpBodyBufferBytes, off.httpBodyMinBytesPerSecond, off.httpBodyDeadlineMs, off.httpUpstreamMaxClientSharePercent, off.httpResponseStallTimeoutMs], [0, 0, 0, 0, 0])
 })
 
 t.test('--upstream-tls without a trust bundle is a start-up error unless the system store is asked for', async (t) => {

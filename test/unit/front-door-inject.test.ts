@@ -49,6 +49,7 @@ function build (t: Test, targets: readonly PodTarget[], http?: HttpHandler): Bui
     bodyMinBytesPerSecond: 1024,
     bodyRateWindowMs: 60_000,
     bodyDeadlineMs: 900_000,
+    responseStallTimeoutMs: 60_000,
     maxPerClientPerPod: 1,
     trustedProxies: new TrustedProxies([]),
     metrics: createMetrics(undefined, { defaultMetrics: false }),

@@ -1,5 +1,5 @@
-// SPEC §6: which forwarding fields reach a pod (trusted proxies or not), requests
-// naming two hosts, and the CIDR syntax of --trusted-proxy-cidrs. Pure rules, table-driven.
+// SPEC §6: which forwarding fields reach a pod (trusted proxies or not), requests naming two
+// hosts or a host that is no valid host[:port] (RFC 9110 §7.2), and the CIDR syntax of --trusted-proxy-cidrs. Pure rules, table-driven.
 import t from 'tap'
 import { upstreamRequestHeaders, type ForwardedFor } from '../../lib/http-forward/headers.ts'
 import { resolveRequestTarget } from '../../lib/http-forward/request-target.ts'
@@ -67,12 +67,25 @@ t.test('request targets: which host a request names, or that it names two', asyn
     ['absolute-form with a port agreeing with Host', false, 'https://a.example:8443/', 'a.example:8443', undefined, { ok: true, host: 'a.example:8443', path: '/' }],
     ['absolute-form without a path', false, 'http://a.example', 'a.example', undefined, { ok: true, host: 'a.example', path: '/' }],
     ['absolute-form with only a query', false, 'http://a.example?q', 'a.example', undefined, { ok: true, host: 'a.example', path: '/?q' }],
-    ['absolute-form naming another host', false, 'http://b.example/v1/x', 'a.example', undefined, { ok: false }],
-    ['absolute-form with an empty authority', false, 'http:///v1/x', 'a.example', undefined, { ok: false }],
+    ['absolute-form naming another host', false, 'http://b.example/v1/x', 'a.example', undefined, { ok: false, code: 'host_mismatch' }],
+    ['absolute-form with an empty authority (RFC 9110 §4.2.1)', false, 'http:///v1/x', 'a.example', undefined, { ok: false, code: 'bad_request' }],
+    ['absolute-form with userinfo (RFC 9110 §4.2.4)', false, 'http://user@a.example/v1/x', 'a.example', undefined, { ok: false, code: 'bad_request' }],
+    ['absolute-form with an unbalanced bracket', false, 'http://[::1/v1/x', undefined, undefined, { ok: false, code: 'bad_request' }],
+    ['Host with an unbalanced bracket', false, '/v1/x', '[::1', undefined, { ok: false, code: 'bad_request' }],
+    ['Host that is a lone bracket', false, '/v1/x', '[', undefined, { ok: false, code: 'bad_request' }],
+    ['Host with a port that is not a number', false, '/v1/x', 'a.example:http', undefined, { ok: false, code: 'bad_request' }],
+    ['Host that is an IPv6 literal with a port', false, '/v1/x', '[::1]:8080', undefined, { ok: true, host: '[::1]:8080', path: '/v1/x' }],
     ['h2 :authority only', true, '/v1/x', undefined, 'a.example', { ok: true, host: 'a.example', path: '/v1/x' }],
     ['h2 :authority and the same host, other case', true, '/v1/x', 'A.EXAMPLE', 'a.example', { ok: true, host: 'a.example', path: '/v1/x' }],
-    ['h2 host disagreeing with :authority', true, '/v1/x', 'b.example', 'a.example', { ok: false }],
+    ['h2 host disagreeing with :authority', true, '/v1/x', 'b.example', 'a.example', { ok: false, code: 'host_mismatch' }],
+    ['h2 :authority with an unbalanced bracket', true, '/v1/x', undefined, '[1.2.3.4', { ok: false, code: 'bad_request' }],
+    ['h2 host only, with an unbalanced bracket', true, '/v1/x', '[::1', undefined, { ok: false, code: 'bad_request' }],
     ['h2 host only', true, '/v1/x', 'a.example', undefined, { ok: true, host: 'a.example', path: '/v1/x' }],
+    ['origin-form with a fragment (RFC 9112 §3.2)', false, '/v1/x#top', 'a.example', undefined, { ok: false, code: 'bad_request' }],
+    ['origin-form with a lone #', false, '/v1/x?q=#', 'a.example', undefined, { ok: false, code: 'bad_request' }],
+    ['absolute-form with a fragment', false, 'http://a.example/v1/x#top', 'a.example', undefined, { ok: false, code: 'bad_request' }],
+    ['h2 :path with a fragment', true, '/v1/x#top', undefined, 'a.example', { ok: false, code: 'bad_request' }],
+    ['a percent-encoded # is no fragment', false, '/v1/x%23top', 'a.example', undefined, { ok: true, host: 'a.example', path: '/v1/x%23top' }],
   ]
   for (const [why, h2, url, host, authority, want] of cases) t.strictSame(resolveRequestTarget(h2, url, host, authority), want, why)
 })

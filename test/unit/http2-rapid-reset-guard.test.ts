@@ -3,7 +3,10 @@
 // (the client's FIN or RST, a connection error) were counted as client resets; at 200 the
 // guard tripped and its GOAWAY went to the destroyed session, which threw from a stream
 // 'close' handler and ended the process. A connection that ends is no attack; 200 streams the
-// client opens and resets itself still are.
+// client opens and resets itself still are, whatever the RST_STREAM code: a client that
+// resets with NO_ERROR slipped past a guard that only counted other codes (the stream looked
+// completed). A stream whose response was complete before the client's RST_STREAM NO_ERROR
+// (RFC 9113 §8.1) is not a reset.
 import t, { type Test } from 'tap'
 import http2, { type ServerHttp2Session } from 'node:http2'
 import type { AddressInfo } from 'node:net'
@@ -20,7 +23,7 @@ interface Server {
   readonly closedSessions: () => number
 }
 
-async function startServer (t: Test): Promise<Server> {
+async function startServer (t: Test, answer: 'open' | 'complete' = 'open'): Promise<Server> {
   const trips: number[] = []
   let closed = 0
   const guard = new RapidResetGuard({ windowMs: 10_000, minResets: 200, ratio: 0.5, earlyMs: 1000, onTrip: (_session, resets) => { trips.push(resets) } })
@@ -32,7 +35,9 @@ async function startServer (t: Test): Promise<Server> {
     session.on('stream', (stream) => {
       stream.on('error', () => {})
       guard.onStream(session, stream)
-      if (!stream.destroyed) stream.respond({ ':status': 200 })
+      if (stream.destroyed) return
+      if (answer === 'open') stream.respond({ ':status': 200 })
+      else { stream.respond({ ':status': 200 }); stream.end('done') }
     })
   })
   await new Promise<void>((resolve) => { server.listen(0, '127.0.0.1', resolve) })
@@ -80,4 +85,31 @@ t.test('300 streams the client resets right after opening them get GOAWAY ENHANC
   t.equal(goaway?.payload.readUInt32BE(4), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM')
   t.same(server.trips, [200], 'tripped once, at the 200th reset')
   await waitFor(() => server.closedSessions() === 1, { message: 'the session was cut after its GOAWAY' })
+})
+
+t.test('300 streams the client resets right after opening them with RST_STREAM NO_ERROR get GOAWAY ENHANCE_YOUR_CALM', async (t) => {
+  const server = await startServer(t)
+  const client = await RawH2Client.connect(server.port)
+  t.teardown(() => { client.close() })
+  await openStreams(client, 300)
+  client.write(Buffer.concat(Array.from({ length: 300 }, (_, i) => frame(FRAME.RST_STREAM, 0, 1 + 2 * i, Buffer.alloc(4)))))
+  const goaway = await client.waitFrame((f) => f.type === FRAME.GOAWAY)
+  t.equal(goaway?.payload.readUInt32BE(4), http2.constants.NGHTTP2_ENHANCE_YOUR_CALM, 'GOAWAY ENHANCE_YOUR_CALM')
+  t.same(server.trips, [200], 'tripped once, at the 200th reset')
+})
+
+t.test('300 streams reset with NO_ERROR after their whole response arrived are not rapid resets', async (t) => {
+  const server = await startServer(t, 'complete')
+  const client = await RawH2Client.connect(server.port)
+  t.teardown(() => { client.close() })
+  // Requests without END_STREAM: the client stops its side with RST_STREAM NO_ERROR once the
+  // response is complete, which RFC 9113 §8.1 allows.
+  for (let i = 0; i < 300; i++) client.headers(1 + 2 * i, REQUEST, false)
+  await client.waitFrame((f) => f.type === FRAME.DATA && f.streamId === 599 && (f.flags & 0x1) !== 0)
+  client.write(Buffer.concat(Array.from({ length: 300 }, (_, i) => frame(FRAME.RST_STREAM, 0, 1 + 2 * i, Buffer.alloc(4)))))
+  client.write(frame(FRAME.PING, 0, 0, Buffer.from('synced!!')))
+  t.not(await client.waitFrame((f) => f.type === FRAME.PING && (f.flags & 0x1) !== 0, 5000), null, 'the connection still answers')
+  await settle()
+  t.same(server.trips, [], 'the guard did not trip')
+  t.equal(client.closed, false, 'and the connection stays open')
 })
