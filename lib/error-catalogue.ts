@@ -61,7 +61,21 @@ export interface CatalogueArea {
   readonly notes?: readonly string[]
 }
 
-/** An area's rows, in table order: `seen` renders what the user sees of one entry. */
-export function catalogueRows<E extends ErrorDoc> (table: Readonly<Record<string, E>>, seen: (entry: E, code: string) => string): readonly CatalogueRow[] {
-  return Object.entries(table).map(([code, entry]) => ({ code, seen: seen(entry, code), meaning: entry.meaning, action: entry.action }))
+/** What an area says of itself around its table. */
+export interface AreaText {
+  readonly title: string
+  /** A sentence on where these errors appear (which port, which protocol). */
+  readonly where: string
+  /** Paragraphs after the table: answers of the area that are not one of its codes. */
+  readonly notes?: readonly string[]
+}
+
+/**
+ * An area of the catalogue from its table: `name` is the table's exported name and `file` the
+ * file that defines it (the catalogue test checks both), `seen` renders what the user sees of
+ * one entry; the rows follow the table's order.
+ */
+export function catalogueArea<E extends ErrorDoc> (table: Readonly<Record<string, E>>, name: string, file: string, seen: (entry: E, code: string) => string, text: AreaText): CatalogueArea {
+  const rows = Object.entries(table).map(([code, entry]) => ({ code, seen: seen(entry, code), meaning: entry.meaning, action: entry.action }))
+  return { ...text, table: name, file, rows }
 }

@@ -4,7 +4,7 @@
  * its errors; this module only lists them, for scripts/docs.ts (which renders docs/errors.md) and
  * for test/unit/errors-catalogue.test.ts (which fails on an undocumented, unused or stale code).
  */
-import { catalogueRows, type CatalogueArea } from './error-catalogue.ts'
+import { catalogueArea, type CatalogueArea } from './error-catalogue.ts'
 import { HTTP_ERRORS, HTTP_ERROR_AREA } from './http-forward/errors.ts'
 import { GRPC_ERRORS, GRPC_ERROR_AREA } from './control-plane/errors.ts'
 import { QUIC_CLOSE_AREA, QUIC_CLOSE_REASONS, STREAM_REFUSAL_AREA, STREAM_REFUSALS, WEBTRANSPORT_CLOSE_AREA, WEBTRANSPORT_CLOSE_REASONS } from './tunnel/errors.ts'
@@ -16,13 +16,10 @@ export type { CatalogueArea, CatalogueRow, ErrorDoc } from './error-catalogue.ts
 export { fillMessage } from './error-catalogue.ts'
 export { GRPC_ERRORS, HANDSHAKE_FAILURES_DOC, HTTP_ERRORS, QUIC_CLOSE_REASONS, REJECTIONS, STARTUP_ERRORS, STREAM_REFUSALS, WEBTRANSPORT_CLOSE_REASONS }
 
-const HANDSHAKE_FAILURE_AREA: CatalogueArea = {
+const HANDSHAKE_FAILURE_AREA = catalogueArea(HANDSHAKE_FAILURES_DOC, 'HANDSHAKE_FAILURES_DOC', 'lib/quic/handshake-failure.ts', (_entry, code) => `metric and log reason \`${code}\` / \`upstream_${code}\``, {
   title: 'Raw QUIC handshake failures (operators)',
   where: 'The `reason` label of `stargate_router_quic_handshake_failures_total` and of the warn log `raw quic handshake refused` (rate-limited per reason); prefixed `upstream_` for the leg to the pod. The Pylon sees the TLS alert or close of its own stack.',
-  table: 'HANDSHAKE_FAILURES_DOC',
-  file: 'lib/quic/handshake-failure.ts',
-  rows: catalogueRows(HANDSHAKE_FAILURES_DOC, (_entry, code) => `metric and log reason \`${code}\` / \`upstream_${code}\``),
-}
+})
 
 export const ERROR_CATALOGUE: readonly CatalogueArea[] = [
   STARTUP_ERROR_AREA,

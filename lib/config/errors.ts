@@ -5,7 +5,7 @@
  * where the flag is checked (lib/config/config.ts) and this table gives their kind's exit code.
  * Indexed with the other areas in lib/errors.ts and documented in docs/errors.md.
  */
-import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
+import { catalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 
 /** message: the stderr text after the prefix, a template where the code fills it, else an example. */
 export const STARTUP_ERRORS = {
@@ -43,10 +43,7 @@ export const STARTUP_ERRORS = {
 
 export type StartupErrorCode = keyof typeof STARTUP_ERRORS
 
-export const STARTUP_ERROR_AREA: CatalogueArea = {
+export const STARTUP_ERROR_AREA = catalogueArea(STARTUP_ERRORS, 'STARTUP_ERRORS', 'lib/config/errors.ts', (e) => `exit ${e.exit}, \`stargate-router: ${e.message}\``, {
   title: 'Start-up',
   where: 'One line on stderr, `stargate-router: ` + the message, and the exit code (0 is --help, a clean shutdown, or a signal during start-up).',
-  table: 'STARTUP_ERRORS',
-  file: 'lib/config/errors.ts',
-  rows: catalogueRows(STARTUP_ERRORS, (e) => `exit ${e.exit}, \`stargate-router: ${e.message}\``),
-}
+})

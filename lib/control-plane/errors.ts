@@ -7,7 +7,7 @@
  * A lost or unready upstream is UNAVAILABLE, never INTERNAL, so that the Pylon registers again;
  * the wording of the messages follows the Rust stargate-k8s-router's (tests hold them).
  */
-import { catalogueRows, fillMessage, type CatalogueArea, type ErrorDoc, type IsStatic, type Placeholders } from '../error-catalogue.ts'
+import { catalogueArea, fillMessage, type ErrorDoc, type IsStatic, type Placeholders } from '../error-catalogue.ts'
 import { GrpcStatus, type GrpcStatusCode } from './grpc.ts'
 import type { RegistrationOutcome } from './registration-outcomes.ts'
 
@@ -180,10 +180,7 @@ export function grpcError<K extends GrpcErrorCode> (code: K, ...fields: FieldsOf
 
 const STATUS_NAMES: ReadonlyMap<number, string> = new Map(Object.entries(GrpcStatus).map(([name, code]) => [code, name]))
 
-export const GRPC_ERROR_AREA: CatalogueArea = {
+export const GRPC_ERROR_AREA = catalogueArea(GRPC_ERRORS, 'GRPC_ERRORS', 'lib/control-plane/errors.ts', (e) => `${STATUS_NAMES.get(e.status) ?? e.status} \`${e.message}\``, {
   title: 'Control plane (gRPC on the front door)',
   where: 'gRPC statuses ending WatchStargates and RegisterInferenceServer streams: `grpc-status` and `grpc-message` (trailers, or a trailers-only response).',
-  table: 'GRPC_ERRORS',
-  file: 'lib/control-plane/errors.ts',
-  rows: catalogueRows(GRPC_ERRORS, (e) => `${STATUS_NAMES.get(e.status) ?? e.status} \`${e.message}\``),
-}
+})

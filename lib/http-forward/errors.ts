@@ -5,7 +5,7 @@
  * The forwarder (forwarder.ts) and the front door (lib/front-door/http-errors.ts) send them; the
  * table is indexed with the other areas' in lib/errors.ts and documented in docs/errors.md.
  */
-import { catalogueRows, type CatalogueArea, type ErrorDoc, type IsStatic } from '../error-catalogue.ts'
+import { catalogueArea, type ErrorDoc, type IsStatic } from '../error-catalogue.ts'
 
 export const HTTP_ERRORS = {
   no_ready_targets: {
@@ -142,12 +142,9 @@ export const ERROR_BODIES: Readonly<Record<StaticHttpErrorCode, Buffer>> = Objec
   Object.entries(HTTP_ERRORS).filter(([, { message }]) => !message.includes('{')).map(([code, { message }]) => [code, errorBody(code as HttpErrorCode, message)])
 ) as Record<StaticHttpErrorCode, Buffer>
 
-export const HTTP_ERROR_AREA: CatalogueArea = {
+export const HTTP_ERROR_AREA = catalogueArea(HTTP_ERRORS, 'HTTP_ERRORS', 'lib/http-forward/errors.ts', (e) => `HTTP ${e.status} \`${e.message}\``, {
   title: 'LLM client errors (HTTP port)',
   where: 'HTTP responses to LLM clients: the status, a JSON body `{"error":{"code","message"}}` and the code in `x-stargate-error-code`.',
-  table: 'HTTP_ERRORS',
-  file: 'lib/http-forward/errors.ts',
-  rows: catalogueRows(HTTP_ERRORS, (e) => `HTTP ${e.status} \`${e.message}\``),
   notes: [
     'Over HTTP/2 (the front door, gRPC included, and WebTransport over HTTP/2) a request that is too large for Node\'s HTTP/2 layer or breaks its own framing is answered with a frame, as Node sends it before any handler of the router runs (`test/faults/front-door-h2-answers.test.ts` pins each):',
     [
@@ -157,4 +154,4 @@ export const HTTP_ERROR_AREA: CatalogueArea = {
       '- DATA beyond a request\'s content-length: `GOAWAY INTERNAL_ERROR` with that stream as the last one, and the connection ends with every stream on it. nghttp2 resets only the stream, but Node\'s binding ends the session on any frame nghttp2 reports as a protocol error (src/node_http2.cc, OnInvalidFrame, NGHTTP2_ERR_PROTO) before the router hears of it; RFC 9113 §5.4.1 allows treating a stream error as a connection error. Other clients\' streams are at stake only behind a Gateway that multiplexes several clients on one connection and forwards such a request without checking content-length itself.',
     ].join('\n'),
   ],
-}
+})

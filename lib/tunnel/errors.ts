@@ -8,7 +8,7 @@
  * APPLICATION_ERROR: those rows say so (`initial`), and the router's log and metrics keep the code.
  * Indexed with the other areas in lib/errors.ts and documented in docs/errors.md.
  */
-import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
+import { catalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 
 /** The SPEC §7 wire strings of a tunnel that cannot be routed. */
 export const SNI_REFUSALS = {
@@ -144,29 +144,20 @@ export const STREAM_REFUSALS = {
   },
 } as const satisfies Record<string, ErrorDoc & { readonly code: number }>
 
-export const QUIC_CLOSE_AREA: CatalogueArea = {
+export const QUIC_CLOSE_AREA = catalogueArea(QUIC_CLOSE_REASONS, 'QUIC_CLOSE_REASONS', 'lib/tunnel/errors.ts', closeSeen, {
   title: 'Tunnel closes (tunnel port: raw QUIC, WebTransport)',
   where: 'The reason (application error code 0) of the CONNECTION_CLOSE frame or WebTransport close the router sends a Pylon or a stargate; `leg_idle` and `leg_failed` are raw QUIC\'s. ' +
     'A tunnel refused from its Initial packet, before any handshake work (SNI routing, shutdown), is closed with a transport CONNECTION_CLOSE carrying APPLICATION_ERROR (0x0c) and no reason phrase, as RFC 9000 §10.2.3 requires of a close sent before the handshake ' +
     '(quinn reports `aborted by peer: the application or application protocol caused the connection to be closed during the handshake`); ' +
     'the router counts an SNI refusal under its code (`stargate_k8s_router_quic_connections_total{outcome}` or `stargate_k8s_router_webtransport_sessions_total{outcome}`, and `stargate_k8s_router_quic_handshake_failures_total{reason}`) and logs it as `raw quic handshake refused` / `webtransport http/3 handshake refused` with `reason` and `sni`.',
-  table: 'QUIC_CLOSE_REASONS',
-  file: 'lib/tunnel/errors.ts',
-  rows: catalogueRows<QuicCloseDoc>(QUIC_CLOSE_REASONS, closeSeen),
-}
+})
 
-export const STREAM_REFUSAL_AREA: CatalogueArea = {
+export const STREAM_REFUSAL_AREA = catalogueArea(STREAM_REFUSALS, 'STREAM_REFUSALS', 'lib/tunnel/errors.ts', (e) => `stream error code \`0x${e.code.toString(16)}\` (${e.code})`, {
   title: 'Streams refused by a draining tunnel (tunnel port)',
   where: 'The error code of a bidirectional stream the Pylon or the stargate opens on a tunnel the router drains: raw QUIC STOP_SENDING and RESET_STREAM, WebTransport stream errors (over HTTP/3 mapped into the WebTransport range, over HTTP/2 in WT_STOP_SENDING and WT_RESET_STREAM capsules).',
-  table: 'STREAM_REFUSALS',
-  file: 'lib/tunnel/errors.ts',
-  rows: catalogueRows(STREAM_REFUSALS, (e) => `stream error code \`0x${e.code.toString(16)}\` (${e.code})`),
-}
+})
 
-export const WEBTRANSPORT_CLOSE_AREA: CatalogueArea = {
+export const WEBTRANSPORT_CLOSE_AREA = catalogueArea(WEBTRANSPORT_CLOSE_REASONS, 'WEBTRANSPORT_CLOSE_REASONS', 'lib/tunnel/errors.ts', (e) => `close reason \`${e.reason}\``, {
   title: 'WebTransport over HTTP/2: closes',
   where: 'The reason of the CLOSE_WEBTRANSPORT_SESSION capsule (code 0) the router sends on a session it ends.',
-  table: 'WEBTRANSPORT_CLOSE_REASONS',
-  file: 'lib/tunnel/errors.ts',
-  rows: catalogueRows(WEBTRANSPORT_CLOSE_REASONS, (e) => `close reason \`${e.reason}\``),
-}
+})

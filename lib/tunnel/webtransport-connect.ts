@@ -12,7 +12,7 @@ import type { PodTarget, TargetSnapshot } from '../discovery/types.ts'
 import { resolveAuthority, resolveSni } from '../routing/resolve.ts'
 import type { WebTransportOutcome } from './webtransport-metrics.ts'
 import { SNI_REFUSALS } from './errors.ts'
-import { catalogueRows, type CatalogueArea, type ErrorDoc } from '../error-catalogue.ts'
+import { catalogueArea, type ErrorDoc } from '../error-catalogue.ts'
 import type { RequestHead } from '../quic/h3/message.ts'
 import type { FieldLine } from '../quic/h3/qpack.ts'
 import { splitHostPort } from '../host-port.ts'
@@ -139,13 +139,10 @@ export const REJECTIONS = {
 
 export type RejectionCode = keyof typeof REJECTIONS
 
-export const WEBTRANSPORT_REJECTION_AREA: CatalogueArea = {
+export const WEBTRANSPORT_REJECTION_AREA = catalogueArea(REJECTIONS, 'REJECTIONS', 'lib/tunnel/webtransport-connect.ts', (e) => `HTTP ${e.status} \`${e.message}\``, {
   title: 'WebTransport sessions: refused requests (tunnel port)',
   where: 'The answer to a session request (extended CONNECT over HTTP/3 or HTTP/2): the status, the message as a text/plain body and the code in `x-stargate-error-code`.',
-  table: 'REJECTIONS',
-  file: 'lib/tunnel/webtransport-connect.ts',
-  rows: catalogueRows(REJECTIONS, (e) => `HTTP ${e.status} \`${e.message}\``),
-}
+})
 
 export type ConnectCheck = { readonly ok: true } | { readonly ok: false, readonly code: 'wrong_method' | 'missing_protocol' | 'wrong_protocol' | 'wrong_path' }
 
