@@ -3,8 +3,7 @@
  * (`RouterMetrics extends PeerMetrics`, spread in by createMetrics). They exist, at zero,
  * whether or not the feature is on, so dashboards and alerts need no special case.
  */
-import type { Counter, Gauge, Registry } from 'prom-client'
-import { defineMetrics } from '../metrics/define.ts'
+import { counter, gauge, metricGroup } from '../metrics/define.ts'
 
 /**
  * Why one read of a peer's /debug/snapshot failed; bounded label values of
@@ -24,19 +23,11 @@ export const PEER_CHECK_ERROR_REASONS = [
 ] as const
 export type PeerCheckErrorReason = typeof PEER_CHECK_ERROR_REASONS[number]
 
-export interface PeerMetrics {
-  readonly peers: Gauge
-  readonly peerSnapshotDivergent: Gauge
-  readonly peerCheckErrors: Counter<'reason'>
-  readonly peerWatchRestarts: Counter
-}
+export const createPeerMetrics = metricGroup({
+  peers: gauge('peers', 'Other router replicas in the peer set (ready endpoints of --peer-service, or --peers-file), this replica excluded'),
+  peerSnapshotDivergent: gauge('peer_snapshot_divergent', 'Peers whose Stargate snapshot digest has differed from ours for longer than --peer-divergence-grace-ms'),
+  peerCheckErrors: counter('peer_check_errors_total', 'Failed reads of a peer\'s /debug/snapshot, by reason (unreachable, timeout, http_status, invalid_response, too_large); errors are not divergence', { reason: PEER_CHECK_ERROR_REASONS }),
+  peerWatchRestarts: counter('peer_watch_restarts_total', 'Restarts of the EndpointSlice list/watch of --peer-service after an error'),
+})
 
-export function createPeerMetrics (registry: Registry): PeerMetrics {
-  const define = defineMetrics(registry)
-  return {
-    peers: define.gauge('peers', 'Other router replicas in the peer set (ready endpoints of --peer-service, or --peers-file), this replica excluded'),
-    peerSnapshotDivergent: define.gauge('peer_snapshot_divergent', 'Peers whose Stargate snapshot digest has differed from ours for longer than --peer-divergence-grace-ms'),
-    peerCheckErrors: define.counter('peer_check_errors_total', 'Failed reads of a peer\'s /debug/snapshot, by reason (unreachable, timeout, http_status, invalid_response, too_large); errors are not divergence', { reason: PEER_CHECK_ERROR_REASONS }),
-    peerWatchRestarts: define.counter('peer_watch_restarts_total', 'Restarts of the EndpointSlice list/watch of --peer-service after an error'),
-  }
-}
+export type PeerMetrics = ReturnType<typeof createPeerMetrics>

@@ -41,6 +41,31 @@ export function defineMetrics (registry: Registry): MetricDefiner {
   }
 }
 
+/** One metric of a group, declared before any registry exists; metricGroup's factory registers it. */
+export type MetricSpec<M> = (define: MetricDefiner) => M
+
+export function counter<L extends string = never> (name: string, help: string, labels?: LabelValues<L>): MetricSpec<Counter<L>> {
+  return (define) => define.counter(name, help, labels)
+}
+
+export function gauge<L extends string = never> (name: string, help: string, labels?: LabelValues<L>): MetricSpec<Gauge<L>> {
+  return (define) => define.gauge(name, help, labels)
+}
+
+/** The metrics a group's specs make, field by field, with their label types. */
+export type MetricGroup<S> = { readonly [K in keyof S]: S[K] extends MetricSpec<infer M> ? M : never }
+
+/**
+ * The factory of a group of metrics that need no scrape-time source: the group is declared once
+ * (field → metric) and its type read from that declaration. Registered in declaration order.
+ */
+export function metricGroup<S extends Readonly<Record<string, MetricSpec<unknown>>>> (specs: S): (registry: Registry) => MetricGroup<S> {
+  return (registry) => {
+    const define = defineMetrics(registry)
+    return Object.fromEntries(Object.entries(specs).map(([field, spec]) => [field, spec(define)])) as MetricGroup<S>
+  }
+}
+
 /**
  * A collect hook for a counter that mirrors monotonic totals kept elsewhere in plain numbers
  * (the hot path counts without a label lookup; the scrape catches the counter up). `read`

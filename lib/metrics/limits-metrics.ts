@@ -4,8 +4,7 @@
  * timeout, and what is open now. Labels are bounded tables below; every series exists from the
  * start at 0.
  */
-import type { Counter, Gauge, Registry } from 'prom-client'
-import { defineMetrics } from './define.ts'
+import { counter, gauge, metricGroup } from './define.ts'
 
 const LISTENERS = ['front_door', 'health'] as const
 
@@ -18,21 +17,12 @@ const EVICTED_STATES = ['idle', 'busy'] as const
 const TIMEOUT_REASONS = ['headers_timeout', 'keep_alive_timeout', 'http2_idle_timeout', 'tls_handshake_timeout'] as const
 export type TimeoutReason = typeof TIMEOUT_REASONS[number]
 
-export interface LimitMetrics {
-  readonly connectionsRefused: Counter<'listener' | 'reason'>
-  readonly healthConnectionsEvicted: Counter<'state'>
-  readonly healthPipeliningCloses: Counter
-  readonly connectionsTimedOut: Counter<'reason'>
-  readonly frontDoorConnections: Gauge
-}
+export const createLimitMetrics = metricGroup({
+  connectionsRefused: counter('connections_refused_total', 'Inbound TCP connections closed at accept, by listener and reason (max_connections: over the front door\'s cap (the health listener makes room instead: health_connections_evicted_total); accept_error: e.g. EMFILE, the listener keeps serving)', { listener: LISTENERS, reason: REFUSE_REASONS }),
+  healthConnectionsEvicted: counter('health_connections_evicted_total', 'Health-port connections closed at its cap of 256 to take a new one (a probe), by state (idle: the oldest without a request in flight; busy: the oldest, when every connection had a request in flight)', { state: EVICTED_STATES }),
+  healthPipeliningCloses: counter('health_pipelining_closes_total', 'Health-port connections closed for pipelining more than 8 requests behind the one being answered (the port answers a connection\'s requests one at a time; probes and scrapes never pipeline)'),
+  connectionsTimedOut: counter('front_door_connections_timed_out_total', 'Front-door connections closed by a timeout, by reason (headers_timeout: request head not received in time; keep_alive_timeout: idle HTTP/1.1; http2_idle_timeout: HTTP/2 session without streams, GOAWAY; tls_handshake_timeout)', { reason: TIMEOUT_REASONS }),
+  frontDoorConnections: gauge('front_door_connections', 'Open front-door TCP connections (the cap is --front-door-max-connections)'),
+})
 
-export function createLimitMetrics (registry: Registry): LimitMetrics {
-  const define = defineMetrics(registry)
-  return {
-    connectionsRefused: define.counter('connections_refused_total', 'Inbound TCP connections closed at accept, by listener and reason (max_connections: over the front door\'s cap (the health listener makes room instead: health_connections_evicted_total); accept_error: e.g. EMFILE, the listener keeps serving)', { listener: LISTENERS, reason: REFUSE_REASONS }),
-    healthConnectionsEvicted: define.counter('health_connections_evicted_total', 'Health-port connections closed at its cap of 256 to take a new one (a probe), by state (idle: the oldest without a request in flight; busy: the oldest, when every connection had a request in flight)', { state: EVICTED_STATES }),
-    healthPipeliningCloses: define.counter('health_pipelining_closes_total', 'Health-port connections closed for pipelining more than 8 requests behind the one being answered (the port answers a connection\'s requests one at a time; probes and scrapes never pipeline)'),
-    connectionsTimedOut: define.counter('front_door_connections_timed_out_total', 'Front-door connections closed by a timeout, by reason (headers_timeout: request head not received in time; keep_alive_timeout: idle HTTP/1.1; http2_idle_timeout: HTTP/2 session without streams, GOAWAY; tls_handshake_timeout)', { reason: TIMEOUT_REASONS }),
-    frontDoorConnections: define.gauge('front_door_connections', 'Open front-door TCP connections (the cap is --front-door-max-connections)'),
-  }
-}
+export type LimitMetrics = ReturnType<typeof createLimitMetrics>

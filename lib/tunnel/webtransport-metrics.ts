@@ -11,8 +11,8 @@
  * createWebTransportMetrics is idempotent per registry: the composition root and the relay
  * wiring may both ask for it and share one set.
  */
-import type { Counter, Gauge, Registry } from 'prom-client'
-import { defineMetrics } from '../metrics/define.ts'
+import type { Registry } from 'prom-client'
+import { counter, gauge, metricGroup } from '../metrics/define.ts'
 
 export const WEBTRANSPORT_OUTCOMES = [
   'accepted', 'missing_sni', 'unknown_sni', 'target_unavailable', 'invalid_connect',
@@ -29,28 +29,24 @@ const SESSION_REFUSALS = ['connection_limit', 'total_limit'] as const
 const BRIDGE_DIRECTIONS = ['to_upstream', 'to_downstream'] as const
 export type BridgeDirection = typeof BRIDGE_DIRECTIONS[number]
 
-export interface WebTransportMetrics {
-  readonly sessions: Counter<'outcome'>
-  readonly activeSessions: Gauge
-  readonly bridgedBytes: Counter<'direction'>
-  readonly sessionsRefused: Counter<'reason'>
-}
+const defineWebTransportMetrics = metricGroup({
+  sessions: counter('webtransport_sessions_total', 'WebTransport session requests by outcome: rejections (invalid_connect, missing_sni, unknown_sni, target_unavailable), accepted once SNI routing succeeded (before the upstream session), then upstream_connect_error, upstream_rejected, or how a bridged session ended (completed, relay_error, trust_replaced)', { outcome: WEBTRANSPORT_OUTCOMES }),
+  activeSessions: gauge('webtransport_sessions_active', 'WebTransport sessions currently bridged to a Stargate pod'),
+  bridgedBytes: counter('webtransport_bridged_bytes_total', 'Bytes relayed on bridged WebTransport sessions (capsules of the CONNECT stream), by direction (to_upstream, to_downstream)', { direction: BRIDGE_DIRECTIONS }),
+  sessionsRefused: counter(
+    'webtransport_sessions_refused_total',
+    'WebTransport session requests refused by a session cap: connection_limit (--webtransport-max-sessions-per-connection), total_limit (--webtransport-max-sessions)',
+    { reason: SESSION_REFUSALS }),
+})
+
+export type WebTransportMetrics = ReturnType<typeof defineWebTransportMetrics>
 
 const byRegistry = new WeakMap<Registry, WebTransportMetrics>()
 
 export function createWebTransportMetrics (registry: Registry): WebTransportMetrics {
   const existing = byRegistry.get(registry)
   if (existing !== undefined) return existing
-  const define = defineMetrics(registry)
-  const metrics: WebTransportMetrics = {
-    sessions: define.counter('webtransport_sessions_total', 'WebTransport session requests by outcome: rejections (invalid_connect, missing_sni, unknown_sni, target_unavailable), accepted once SNI routing succeeded (before the upstream session), then upstream_connect_error, upstream_rejected, or how a bridged session ended (completed, relay_error, trust_replaced)', { outcome: WEBTRANSPORT_OUTCOMES }),
-    activeSessions: define.gauge('webtransport_sessions_active', 'WebTransport sessions currently bridged to a Stargate pod'),
-    bridgedBytes: define.counter('webtransport_bridged_bytes_total', 'Bytes relayed on bridged WebTransport sessions (capsules of the CONNECT stream), by direction (to_upstream, to_downstream)', { direction: BRIDGE_DIRECTIONS }),
-    sessionsRefused: define.counter(
-      'webtransport_sessions_refused_total',
-      'WebTransport session requests refused by a session cap: connection_limit (--webtransport-max-sessions-per-connection), total_limit (--webtransport-max-sessions)',
-      { reason: SESSION_REFUSALS }),
-  }
+  const metrics = defineWebTransportMetrics(registry)
   byRegistry.set(registry, metrics)
   return metrics
 }
