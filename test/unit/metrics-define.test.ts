@@ -1,10 +1,12 @@
 // Every router metric is registered through lib/metrics/define.ts. These are its
 // rules, seen in the Prometheus text a scrape returns: the prefix, series at 0 for the label
 // values declared up front, none for a label declared without values, and counters that
-// mirror monotonic totals catching up at scrape time without ever going backwards.
+// mirror monotonic totals catching up at scrape time without ever going backwards; a group
+// declared with metricGroup registers its metrics on each registry its factory is given, in
+// declaration order, under the same rules.
 import t from 'tap'
 import { Registry } from 'prom-client'
-import { collectTotals, defineMetrics } from '../../lib/metrics/define.ts'
+import { collectTotals, counter, defineMetrics, gauge, metricGroup } from '../../lib/metrics/define.ts'
 
 /** The sample lines of one family, without HELP and TYPE. */
 async function samples (registry: Registry, name: string): Promise<string[]> {
@@ -47,4 +49,28 @@ t.test('a totals counter reports what the source counted since the last scrape, 
   t.strictSame(await samples(registry, 'sent_total'), ['stargate_k8s_router_sent_total{call="send"} 5', 'stargate_k8s_router_sent_total{call="recv"} 2'])
   totals = { send: 9, recv: 1 }
   t.strictSame(await samples(registry, 'sent_total'), ['stargate_k8s_router_sent_total{call="send"} 9', 'stargate_k8s_router_sent_total{call="recv"} 2'], 'a total that went down does not lower the counter')
+})
+
+t.test('a declared group registers its metrics on each registry it is given, in declaration order, with their zero series', async (t) => {
+  const createGroup = metricGroup({
+    jobs: gauge('group_jobs', 'jobs'),
+    failures: counter('group_failures_total', 'failures', { reason: ['timeout', 'refused'] }),
+  })
+  const first = new Registry()
+  const second = new Registry()
+  const group = createGroup(first)
+  createGroup(second)
+  t.strictSame(first.getMetricsAsArray().map((metric) => metric.name), ['stargate_k8s_router_group_jobs', 'stargate_k8s_router_group_failures_total'])
+  t.strictSame(await samples(second, 'group_failures_total'), [
+    'stargate_k8s_router_group_failures_total{reason="timeout"} 0',
+    'stargate_k8s_router_group_failures_total{reason="refused"} 0',
+  ], 'a second registry gets its own series')
+  group.failures.inc({ reason: 'refused' })
+  group.jobs.set(3)
+  t.strictSame(await samples(first, 'group_failures_total'), [
+    'stargate_k8s_router_group_failures_total{reason="timeout"} 0',
+    'stargate_k8s_router_group_failures_total{reason="refused"} 1',
+  ])
+  t.strictSame(await samples(first, 'group_jobs'), ['stargate_k8s_router_group_jobs 3'])
+  t.strictSame(await samples(second, 'group_jobs'), ['stargate_k8s_router_group_jobs 0'], 'the registries do not share a metric')
 })
