@@ -4,7 +4,9 @@
  * front: those series exist from the start at 0, so dashboards and alerts see them before
  * the first event. A label listed with no values (e.g. a rejection reason, a gauge that is
  * absent until set) is declared but starts with no series. Label values stay bounded
- * tables, never identities or addresses (SPEC §8).
+ * tables, never identities or addresses (SPEC §8). A group of metrics that reads no source at
+ * scrape time is declared once with metricGroup; a group with scrape-time sources keeps its
+ * state in a factory that calls defineMetrics.
  */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client'
 

@@ -1,6 +1,6 @@
 /**
- * TLS reload metrics (SPEC §8). Field names are those RouterMetrics will carry when these move
- * into lib/metrics/metrics.ts (`RouterMetrics extends TlsMetrics`, or the three fields copied).
+ * TLS reload metrics (SPEC §8). Field names are those RouterMetrics carries
+ * (`RouterMetrics extends TlsMetrics`, spread in by createMetrics).
  */
 import { counter, gauge, metricGroup } from '../metrics/define.ts'
 import { MATERIAL_TYPES, type MaterialType } from './types.ts'
