@@ -18,6 +18,7 @@
  * override every case's limits; BENCH_QUICK=1 runs few rounds (a smoke run, not for figures).
  */
 import { hrtime } from 'node:process'
+import { SeededRandom } from '../test/fixtures/cluster/names.ts'
 
 /**
  * Durations ('ns', 'µs', 'ms': lower is better; Stats in nanoseconds), a rate ('/s', e.g.
@@ -97,16 +98,10 @@ function resolveOptions (options: MeasureOptions): Required<MeasureOptions> {
   }
 }
 
-/** Deterministic pseudo-random numbers (mulberry32), so every run builds the same cluster. */
+/** Deterministic pseudo-random numbers (the clusters' mulberry32), so every run builds the same cluster. */
 export function random (seed: number): () => number {
-  let a = seed >>> 0
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0
-    let t = a
-    t = Math.imul(t ^ (t >>> 15), t | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
+  const generator = new SeededRandom(seed)
+  return () => generator.next()
 }
 
 /** The q-quantile (0..1) of sorted values, linearly interpolated. */
