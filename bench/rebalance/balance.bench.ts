@@ -45,12 +45,7 @@ async function runOnce (run: number): Promise<RunResult> {
   const t = { teardown: (fn: () => unknown): void => { closers.push(fn) } }
   try {
     const cluster = await RebalanceCluster.start(t, { subnet: `127.0.${155 + run}`, intervalMs: INTERVAL_MS, peerTimeoutMs: 500, tolerance: TOLERANCE })
-    const [first] = await cluster.addRouters(1)
-    const fleet = cluster.startPylons(PYLONS)
-    await waitFor(async () => {
-      const load = (await cluster.loads()).get(first!.id)
-      return load?.registration === PYLONS && load.raw_quic === PYLONS
-    }, { timeoutMs: 60_000, intervalMs: 250, message: 'every Pylon on the first router' })
+    const { fleet } = await cluster.pylonsOnOneRouter(PYLONS)
     const joined = Date.now()
     await cluster.addRouters(2)
     await waitFor(async () => RebalanceCluster.balanced(await cluster.loads(), PYLONS, TOLERANCE), { timeoutMs: 120_000, intervalMs: 250, message: 'balanced' })

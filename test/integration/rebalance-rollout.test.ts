@@ -38,13 +38,8 @@ function percentile (sorted: readonly number[], q: number): number {
 
 t.test('60 Pylons that all landed on the first router spread over three within 60 s, with no request failed, and stay put', async (t) => {
   const cluster = await RebalanceCluster.start(t, { subnet: '127.0.154', intervalMs: INTERVAL_MS, peerTimeoutMs: 500, tolerance: TOLERANCE })
-  const [first] = await cluster.addRouters(1)
-  const fleet = cluster.startPylons(PYLONS)
-  await waitFor(async () => {
-    const load = (await cluster.loads()).get(first!.id)
-    return load?.registration === PYLONS && load.raw_quic === PYLONS
-  }, { timeoutMs: 60_000, intervalMs: 250, message: 'every Pylon on the first router' })
-  t.pass(`all ${PYLONS} registrations and tunnels on ${first!.id}`)
+  const { first, fleet } = await cluster.pylonsOnOneRouter(PYLONS)
+  t.pass(`all ${PYLONS} registrations and tunnels on ${first.id}`)
 
   const joined = Date.now()
   await cluster.addRouters(2)
