@@ -46,12 +46,21 @@ t.test('renderings start at most once per interval under a steady stream of scra
 })
 
 t.test('a failed rendering fails the scrapes that shared it, and the next scrape renders again', async (t) => {
+  // The clock stands still, so the second scrape always waits its turn (a real clock on a
+  // loaded machine could pass the interval before it arrives and render while still failing).
   let fail = true
-  const metrics = new MetricsRender({ render: async () => { if (fail) throw new Error('collector failed'); return 'ok' }, minIntervalMs: 10 })
+  let renderings = 0
+  const metrics = new MetricsRender({
+    render: async () => { renderings++; if (fail) throw new Error('collector failed'); return 'ok' },
+    minIntervalMs: 10,
+    now: () => 0
+  })
   await t.rejects(metrics.get(), /collector failed/)
   const waiting = metrics.get()
+  t.equal(renderings, 1, 'the next scrape waits for its turn')
   fail = false
   t.equal(await waiting, 'ok')
+  t.equal(renderings, 2)
 })
 
 t.test('an interval below 0 is refused at construction', async (t) => {
