@@ -1,8 +1,9 @@
-// The kustomize overlays (deployment, statefulset, peer-discovery,
+// The kustomize overlays (deployment, statefulset, peer-discovery, rebalance,
 // front-door-tls) render with `kubectl kustomize`, validate, and hold the same facts as the Helm
 // chart (the NetworkPolicy of the health port too); the overlay picks the Stargate
-// workload kind, only peer-discovery adds the peer flags, env and RBAC rule, and only
-// front-door-tls makes the front door TLS.
+// workload kind, only peer-discovery and rebalance add the peer flags, env and RBAC rule, only
+// rebalance adds --rebalance and drops ClientIP affinity, and only front-door-tls makes the
+// front door TLS.
 import t from 'tap'
 import { createRenderer } from './render.ts'
 import { validateObject, type KubeObject } from './k8s-validate.ts'
@@ -12,7 +13,7 @@ import {
 } from './manifest-facts.ts'
 
 const NAMESPACE = 'stargate'
-const OVERLAYS = ['overlays/deployment', 'overlays/statefulset', 'overlays/peer-discovery', 'overlays/front-door-tls'] as const
+const OVERLAYS = ['overlays/deployment', 'overlays/statefulset', 'overlays/peer-discovery', 'overlays/rebalance', 'overlays/front-door-tls'] as const
 
 const renderer = await createRenderer(t)
 
@@ -61,6 +62,7 @@ if (renderer !== null) {
       { overlay: 'overlays/deployment', kind: 'Deployment', service },
       { overlay: 'overlays/statefulset', kind: 'StatefulSet', service },
       { overlay: 'overlays/peer-discovery', kind: 'Deployment', service },
+      { overlay: 'overlays/rebalance', kind: 'Deployment', service },
       { overlay: 'overlays/front-door-tls', kind: 'Deployment', service },
     ]
     for (const c of cases) {
@@ -99,7 +101,7 @@ if (renderer !== null) {
   })
 
   t.test('the front door is cleartext behind a Gateway, except in the front-door-tls overlay', async (t) => {
-    for (const overlay of ['overlays/deployment', 'overlays/statefulset', 'overlays/peer-discovery']) {
+    for (const overlay of ['overlays/deployment', 'overlays/statefulset', 'overlays/peer-discovery', 'overlays/rebalance']) {
       const config = routerConfigOf(render(overlay), NAMESPACE)
       t.equal(config.frontDoorTls, false, `${overlay}: cleartext front door`)
       t.equal(config.grpcPylonDialAddr, 'http://stargate-router.stargate.svc:50071', `${overlay}: Pylons dial the Service`)
@@ -109,27 +111,43 @@ if (renderer !== null) {
     t.equal(tls.grpcPylonDialAddr, 'https://stargate-router.stargate.svc:50071', 'front-door-tls: Pylons are told https')
   })
 
-  t.test('the Service keeps a client on one replica (sessionAffinity ClientIP, as upstream)', async (t) => {
-    for (const overlay of OVERLAYS) t.equal((theOne(render(overlay), 'Service').spec as { sessionAffinity?: string }).sessionAffinity, 'ClientIP', overlay)
+  const affinityOf = (overlay: string): string | undefined => (theOne(render(overlay), 'Service').spec as { sessionAffinity?: string }).sessionAffinity
+
+  t.test('the Service keeps a client on one replica (sessionAffinity ClientIP, as upstream), except with rebalancing', async (t) => {
+    for (const overlay of OVERLAYS.filter((o) => o !== 'overlays/rebalance')) t.equal(affinityOf(overlay), 'ClientIP', overlay)
+    t.equal(affinityOf('overlays/rebalance'), 'None', 'rebalance: no affinity, which would send every Pylon behind one NAT address back to the replica it was moved off')
   })
 
-  t.test('only the peer-discovery overlay adds the peer flags, POD_IP/POD_NAME and the RBAC rule for its own Service', async (t) => {
+  t.test('only the rebalance overlay adds --rebalance, with peer discovery, and the router accepts it', async (t) => {
+    for (const overlay of OVERLAYS.filter((o) => o !== 'overlays/rebalance')) t.equal(flagValue(argsOf(render(overlay)), 'rebalance'), undefined, `${overlay}: no --rebalance`)
+    const objects = render('overlays/rebalance')
+    t.equal(flagValue(argsOf(objects), 'rebalance'), true)
+    const config = routerConfigOf(objects, NAMESPACE)
+    t.equal(config.rebalance, true, 'the router accepts --rebalance (it requires --enable-peer-discovery)')
+    t.equal(config.enablePeerDiscovery, true)
+    const peerOnly = argsOf(render('overlays/peer-discovery'))
+    t.same(argsOf(objects).filter((a) => a !== '--rebalance'), peerOnly, 'otherwise the peer-discovery overlay\'s args')
+  })
+
+  t.test('only the peer-discovery and rebalance overlays add the peer flags, POD_IP/POD_NAME and the RBAC rule for their own Service', async (t) => {
     for (const overlay of ['overlays/deployment', 'overlays/statefulset', 'overlays/front-door-tls']) {
       const objects = render(overlay)
       t.equal(flagValue(argsOf(objects), 'enable-peer-discovery'), undefined, `${overlay}: no --enable-peer-discovery`)
       t.same(envNames(objects), ['POD_NAMESPACE'], `${overlay}: no POD_IP/POD_NAME`)
       t.equal(endpointSliceRulesIn(objects, NAMESPACE), 1, `${overlay}: one rule, Stargate discovery`)
     }
-    const objects = render('overlays/peer-discovery')
-    const args = argsOf(objects)
-    const service = theOne(objects, 'Service')
-    t.equal(flagValue(args, 'enable-peer-discovery'), true)
-    t.equal(flagValue(args, 'peer-service'), service.metadata.name, '--peer-service names the router\'s own Service')
-    t.ok(servicePorts(service).includes('health TCP 8080->health'), 'whose health port is named `health`')
-    t.equal(fieldRefOf(objects, 'POD_IP'), 'status.podIP')
-    t.equal(fieldRefOf(objects, 'POD_NAME'), 'metadata.name')
-    t.equal(endpointSliceRulesIn(objects, NAMESPACE), 2, 'a second endpointslices rule (a Role cannot narrow by label)')
-    t.equal(routerConfigOf(objects, NAMESPACE).enablePeerDiscovery, true, 'the router accepts it')
-    t.equal(ofKind(objects, 'Role').length, 1, 'merged into the one Role of the namespace')
+    for (const overlay of ['overlays/peer-discovery', 'overlays/rebalance']) {
+      const objects = render(overlay)
+      const args = argsOf(objects)
+      const service = theOne(objects, 'Service')
+      t.equal(flagValue(args, 'enable-peer-discovery'), true, overlay)
+      t.equal(flagValue(args, 'peer-service'), service.metadata.name, `${overlay}: --peer-service names the router's own Service`)
+      t.ok(servicePorts(service).includes('health TCP 8080->health'), `${overlay}: whose health port is named health`)
+      t.equal(fieldRefOf(objects, 'POD_IP'), 'status.podIP', overlay)
+      t.equal(fieldRefOf(objects, 'POD_NAME'), 'metadata.name', overlay)
+      t.equal(endpointSliceRulesIn(objects, NAMESPACE), 2, `${overlay}: a second endpointslices rule (a Role cannot narrow by label)`)
+      t.equal(routerConfigOf(objects, NAMESPACE).enablePeerDiscovery, true, `${overlay}: the router accepts it`)
+      t.equal(ofKind(objects, 'Role').length, 1, `${overlay}: merged into the one Role of the namespace`)
+    }
   })
 }
