@@ -2,8 +2,8 @@
  * SPEC §3 rules 1–4: one EndpointSlice (JSON as the API server sends it, so `unknown`)
  * to the observations it makes about pods. Pure; no I/O.
  */
-import { isIP } from 'node:net'
 import { podTarget, type PodEndpoint, type PortNames } from './types.ts'
+import { podAddressFamily } from './pod-address.ts'
 import { isRoutableIdentity } from '../routing/hostname-template.ts'
 
 /** Bounded label values of stargate_k8s_router_endpointslice_skipped_total. */
@@ -133,7 +133,7 @@ export function parseEndpointSlice (raw: unknown, ports: PortNames): ParsedSlice
     if (!isRoutableIdentity(identity)) { skipped.push('unroutable_name'); continue }
     // Rule 4: the first address; it must be an address of the slice's family.
     const address = Array.isArray(endpoint.addresses) ? endpoint.addresses[0] : undefined
-    if (typeof address !== 'string' || isIP(address) !== ipVersion) { skipped.push('no_address'); continue }
+    if (typeof address !== 'string' || podAddressFamily(address) !== ipVersion) { skipped.push('no_address'); continue }
     const conditions = conditionsOf(endpoint)
     if (conditions.terminating === true) { observations.push({ identity, target: null }); continue }
     const target = podTarget({ identity, namespace, address, grpcPort, quicPort, httpPort, nodeName: asString(endpoint.nodeName), zone: asString(endpoint.zone), serving: servingIn(conditions) })

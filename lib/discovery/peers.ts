@@ -19,8 +19,8 @@
  * - Every change goes through one queue and reaches every listener in the order it was
  *   applied: an add followed by a delete of the same peer is delivered as add, then delete.
  */
-import { isIP } from 'node:net'
 import { isReady } from './endpoint-slice.ts'
+import { podAddressFamily } from './pod-address.ts'
 import type { SliceObservation } from './slice-index.ts'
 
 export interface Peer {
@@ -113,7 +113,7 @@ export function parsePeerSlice (raw: unknown, port: PeerPortOptions): ParsedPeer
     const endpoint = asObject(entry)
     if (endpoint === null) { skipped.push('malformed_slice'); continue }
     const address = Array.isArray(endpoint.addresses) ? endpoint.addresses[0] : undefined
-    if (typeof address !== 'string' || isIP(address) !== ipVersion) { skipped.push('no_address'); continue }
+    if (typeof address !== 'string' || podAddressFamily(address) !== ipVersion) { skipped.push('no_address'); continue }
     const id = `${namespace}/${podNameOf(endpoint) ?? address}`
     observations.push({ identity: id, target: isReady(endpoint) ? { id, address, port: peerPort } : null })
   }

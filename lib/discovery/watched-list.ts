@@ -12,9 +12,9 @@
  *
  * The callers say what an entry is (checkEntry) and what to do with a good list (apply).
  */
-import { isIP } from 'node:net'
 import { parse as parseYaml } from 'yaml'
 import { WatchedFile } from './watched-file.ts'
+import { podAddressFamily } from './pod-address.ts'
 import { isDnsLabel } from '../dns-name.ts'
 import type { ReadFailure } from '../read-capped.ts'
 import type { Logger } from '../log.ts'
@@ -71,9 +71,9 @@ export function portOf (value: unknown): number | null {
   return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535 ? value : null
 }
 
-/** An IPv4 or IPv6 literal from a parsed file entry, or null. */
+/** An IPv4 or IPv6 literal from a parsed file entry (pod-address.ts), or null. */
 export function addressOf (value: unknown): string | null {
-  return typeof value === 'string' && isIP(value) !== 0 ? value : null
+  return typeof value === 'string' && podAddressFamily(value) !== 0 ? value : null
 }
 
 /** The entry's namespace (absent, null or empty: the default), or null when it is not a DNS label. */

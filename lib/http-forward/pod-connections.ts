@@ -131,7 +131,15 @@ export class PodConnections {
       request.onError?.(new errors.ClientClosedError())
       return
     }
-    const slot = this.#idleSlot()
+    let slot: PodSlot | null
+    try {
+      slot = this.#idleSlot()
+    } catch (err) {
+      // undici refused to set up a connection (an origin it cannot parse): this request fails,
+      // not the process; submit runs from a request body's 'end' handler.
+      request.onError?.(err as Error)
+      return
+    }
     if (slot === null) {
       request.waiting = true
       this.#waiting++

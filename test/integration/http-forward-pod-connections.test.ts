@@ -194,3 +194,16 @@ t.test('close() lets waiting requests run, then refuses new ones; destroy() fail
   t.equal(await waiting.outcome, 'UND_ERR_DESTROYED', 'destroy() fails a waiting request')
   t.equal(await running.outcome, 'UND_ERR_DESTROYED', 'and cuts a running one')
 })
+
+// A connection undici refuses to set up threw from submit: the forwarder calls it from a
+// request body's 'end' handler, so the router exited on the first POST to such a pod (an
+// IPv6 zone id in a targets file made undici's origin unparsable).
+t.test('a connection that cannot be set up fails the request, not the caller', async (t) => {
+  const pool = new PodConnections({ origin: 'http://[fe80::1%lo]:8000', connections: 1, keepAliveTimeoutMs: 30_000, connect: { timeout: 5000 } })
+  t.teardown(() => pool.destroy())
+  const get = new Get('/x')
+  t.doesNotThrow(() => { pool.submit(get) })
+  t.equal(await get.outcome, 'ERR_INVALID_URL', 'the request gets the error')
+  t.equal(pool.holding, 0, 'no connection held')
+  t.equal(pool.waiting, 0, 'nothing queued')
+})

@@ -233,6 +233,7 @@ t.test('rule 4: endpoints without a usable address of the slice family are skipp
     ['a hostname instead of an IP', 'IPv4', ['stargate-0.example']],
     ['a number', 'IPv4', [167772161]],
     ['first address wrong family, second right: the first decides', 'IPv4', ['fd00::1', '10.0.0.1']],
+    ['an IPv6 address with a zone id (an interface of the reader, not a pod)', 'IPv6', ['fe80::1%eth0']],
   ]
   for (const [why, addressType, addresses] of cases) {
     const endpoint = podEndpoint('stargate-0', '10.0.0.1')

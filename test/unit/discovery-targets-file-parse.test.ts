@@ -95,6 +95,8 @@ t.test('each bad entry is skipped with one problem line and the good ones are ke
     ['a hostname as address', { ...good, identity: 'bad', address: 'stargate-0.svc' }, 'targets[0] (bad): address must be an IPv4 or IPv6 address'],
     ['an address with a port', { ...good, identity: 'bad', address: '10.0.0.1:50051' }, 'targets[0] (bad): address must be an IPv4 or IPv6 address'],
     ['a bracketed IPv6 address', { ...good, identity: 'bad', address: '[fd00::1]' }, 'targets[0] (bad): address must be an IPv4 or IPv6 address'],
+    // net.isIP accepts a zone id; undici cannot build an origin from it (the router exited).
+    ['an IPv6 address with a zone id', { ...good, identity: 'bad', address: 'fe80::1%lo' }, 'targets[0] (bad): address must be an IPv4 or IPv6 address'],
     ['grpcPort 0', { ...good, identity: 'bad', grpcPort: 0 }, 'targets[0] (bad): grpcPort and quicPort must be 1..65535'],
     ['grpcPort as a string', { ...good, identity: 'bad', grpcPort: '50051' }, 'targets[0] (bad): grpcPort and quicPort must be 1..65535'],
     ['quicPort 65536', { ...good, identity: 'bad', quicPort: 65536 }, 'targets[0] (bad): grpcPort and quicPort must be 1..65535'],

@@ -55,6 +55,8 @@ t.test('bad entries are skipped with one problem line each; the rest of the file
     '    address: 10.0.0.5',
     '  - name: r-5',
     '    address: 10.0.0.55',
+    '  - name: r-6',
+    '    address: fe80::6%eth0',
   ].join('\n')
   const result = parseWatchedList(yaml, PEERS_FILE, DEFAULTS)
   if (!result.ok) throw new Error(result.error)
@@ -67,6 +69,7 @@ t.test('bad entries are skipped with one problem line each; the rest of the file
     'peers[4] (10.0.0.3): port must be 1..65535',
     'peers[5] (10.0.0.4): namespace must be a lower-case DNS label',
     'peers[7]: duplicate peer routers/r-5; the first entry is kept',
+    'peers[8]: address must be an IPv4 or IPv6 address',
   ])
 })
 

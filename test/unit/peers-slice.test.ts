@@ -79,6 +79,9 @@ t.test('endpoints that cannot be reached are skipped with a reason, the rest of 
     { pod: 'router-2', ip: '10.0.0.2' },
   ]), PORT)
   t.strictSame(parsed.skipped, ['no_address', 'no_address'])
+  const zoned = parsePeerSlice(slice([{ pod: 'router-0', ip: 'fe80::1%eth0' }, { pod: 'router-1', ip: 'fd00::1' }], { addressType: 'IPv6' }), PORT)
+  t.strictSame(zoned.skipped, ['no_address'], 'an IPv6 address with a zone id is no peer address')
+  t.strictSame(zoned.observations.map((o) => o.identity), ['routers/router-1'])
   t.strictSame(parsed.observations.map((o) => o.identity), ['routers/router-2'])
 })
 
