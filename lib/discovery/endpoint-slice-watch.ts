@@ -5,9 +5,11 @@
  * any other error (API server down, 401/403, network): this adapter restarts it with
  * exponential backoff (1 s doubling to 30 s, jittered) and keeps the last state meanwhile.
  * It only translates informer events; what a slice means is the consumer's business (the
- * Stargate target source, and the peer set of router replicas).
+ * Stargate target source, and the peer set of router replicas). The watch request is
+ * bounded-watch.ts: the library's, with a bound on each event line.
  */
-import { DiscoveryV1Api, ListWatch, Watch, type KubeConfig, type V1EndpointSlice } from '@kubernetes/client-node'
+import { DiscoveryV1Api, ListWatch, type KubeConfig, type V1EndpointSlice, type Watch } from '@kubernetes/client-node'
+import { BoundedWatch } from './bounded-watch.ts'
 import type { Logger } from '../log.ts'
 
 export interface EndpointSliceConsumer {
@@ -59,7 +61,7 @@ export class EndpointSliceWatch {
       this.#listed = true
       return list
     }
-    this.#informer = new ListWatch<V1EndpointSlice>(path, this.#trackingWatch(new Watch(kubeConfig)) as Watch, listFn, false, labelSelector)
+    this.#informer = new ListWatch<V1EndpointSlice>(path, this.#trackingWatch(new BoundedWatch(kubeConfig)) as Watch, listFn, false, labelSelector)
     this.#informer.on('add', (obj) => { consumer.onUpsert(obj) })
     this.#informer.on('update', (obj) => { consumer.onUpsert(obj) })
     this.#informer.on('delete', (obj) => { consumer.onDelete(obj) })
@@ -89,7 +91,7 @@ export class EndpointSliceWatch {
   }
 
   /** Wraps the library's Watch to learn when a watch stream is established and when it ends. */
-  #trackingWatch (watch: Watch): Pick<Watch, 'watch'> {
+  #trackingWatch (watch: BoundedWatch): Pick<Watch, 'watch'> {
     return {
       watch: async (path: string, query: Record<string, string | number | boolean | undefined>, callback: WatchCallback, done: WatchDone): Promise<AbortController> => {
         let ended = false
