@@ -75,7 +75,7 @@ export const GRPC_ERRORS = {
     status: GrpcStatus.UNAVAILABLE,
     outcome: 'connect_error',
     message: 'failed to connect to stargate target: {cause}',
-    meaning: 'the router could not open an HTTP/2 session (or a stream on it) to the pod\'s gRPC port',
+    meaning: 'the router could not open an HTTP/2 session (or a stream on it) to the pod\'s gRPC port; the cause `the pod allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)` is the pod refusing every stream, `every stream the pod allows on 32 sessions is in use` the router\'s cap of 32 sessions per pod',
     action: 'none: the Pylon retries; if it persists, check the pod, its gRPC port and --upstream-tls',
   },
   connect_timeout: {

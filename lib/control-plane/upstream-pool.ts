@@ -1,7 +1,11 @@
 /**
  * HTTP/2 client sessions to Stargate pods, pooled per pod address (SPEC §5: a pooled session
  * per pod, not a connection per call). A pod gets a second session only when the first has
- * as many open streams as the pod allows (its SETTINGS_MAX_CONCURRENT_STREAMS).
+ * as many open streams as the pod allows (its SETTINGS_MAX_CONCURRENT_STREAMS), and at most
+ * MAX_SESSIONS_PER_POD: a pod that allows no streams, or a few, cannot make the router open a
+ * connection per registration (a pod saying 0 got one new session, never closed, per Pylon
+ * retry, until the router ran out of descriptors). A session whose pod allows 0 streams from
+ * its first SETTINGS is closed at once and fails what waited for it.
  *
  * Sessions are tagged with the trust key they were made under, so a change of the
  * upstream trust bundle can close exactly the sessions made with the old one; and with their
@@ -68,8 +72,12 @@ interface WaitingOpen {
 /** The trust key of sessions dialled without TLS (h2c). */
 const CLEARTEXT = 'cleartext'
 
+/** Sessions to one pod: 32 × a typical 100-stream limit is far more registrations than a pod serves. */
+export const MAX_SESSIONS_PER_POD = 32
+
 interface PooledSession {
   readonly session: ClientHttp2Session
+  readonly target: PodTarget
   readonly key: string
   /** The upstream trust key it was made under. */
   readonly trustKey: string
@@ -158,13 +166,19 @@ export class UpstreamPool {
     const key = keyOf(target)
     const list = this.#sessions.get(key)
     const trustKey = this.#options.tls?.().key ?? CLEARTEXT
+    let live = 0
     if (list !== undefined) {
       for (const pooled of list) {
-        if (pooled.trustKey !== trustKey || pooled.session.closed || pooled.session.destroyed) continue
+        if (pooled.session.closed || pooled.session.destroyed) continue
+        live++
+        if (pooled.trustKey !== trustKey) continue
         if (!pooled.connected) return pooled
         const max = pooled.session.remoteSettings.maxConcurrentStreams ?? 0xffffffff
         if (pooled.active < max) return pooled
       }
+    }
+    if (live >= MAX_SESSIONS_PER_POD) {
+      return new UpstreamConnectError('connect_failed', key, grpcError('connect_failed', { cause: `every stream the pod allows on ${live} sessions is in use` }).message)
     }
     return this.#connect(target, key)
   }
@@ -233,7 +247,7 @@ export class UpstreamPool {
       options.ALPNProtocols = ['h2']
     }
     const session = http2.connect(authority, options)
-    const pooled: PooledSession = { session, key, trustKey: tls?.key ?? CLEARTEXT, connected: false, active: 0, waiters: [], timer: null }
+    const pooled: PooledSession = { session, target, key, trustKey: tls?.key ?? CLEARTEXT, connected: false, active: 0, waiters: [], timer: null }
     let list = this.#sessions.get(key)
     if (list === undefined) {
       list = []
@@ -248,13 +262,24 @@ export class UpstreamPool {
     }, this.#options.connectTimeoutMs)
     // Ready once the pod's SETTINGS arrived: a socket that accepts but never speaks HTTP/2
     // is still "connecting" and runs into the connect timeout.
-    session.once('remoteSettings', () => {
+    session.once('remoteSettings', (settings: http2.Settings) => {
       if (pooled.timer !== null) clearTimeout(pooled.timer)
       pooled.timer = null
+      if (settings.maxConcurrentStreams === 0) {
+        // A request on it would wait in nghttp2 for a stream the pod never allows.
+        this.#fail(pooled, new UpstreamConnectError('connect_failed', key, grpcError('connect_failed', { cause: 'the pod allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)' }).message))
+        return
+      }
       pooled.connected = true
       const waiters = pooled.waiters
       pooled.waiters = []
-      for (const waiter of waiters) this.#request(pooled, waiter.headers, waiter.context, waiter.callback)
+      const max = settings.maxConcurrentStreams ?? 0xffffffff
+      for (const waiter of waiters) {
+        // More waited than the pod allows on one session: the rest go to another (or fail at
+        // the cap) rather than wait in nghttp2 for streams long-lived registrations never free.
+        if (pooled.active < max) this.#request(pooled, waiter.headers, waiter.context, waiter.callback)
+        else this.openStream(pooled.target, waiter.headers, waiter.context, waiter.callback)
+      }
     })
     session.on('error', (err: NodeJS.ErrnoException) => {
       if (!pooled.connected) {

@@ -6,10 +6,13 @@
 // handler, which ends the process.
 import t from 'tap'
 import * as grpc from '@grpc/grpc-js'
+import http2 from 'node:http2'
+import type { AddressInfo, Socket } from 'node:net'
 import { StubPods } from '../fixtures/stub-pods.ts'
 import { stargateSlice } from '../fixtures/kube-router.ts'
 import { FLAG, FRAME, RawH2Server, frame, type RawH2ServerConnection, type RawRequest } from '../fixtures/raw-h2.ts'
 import { waitFor } from '../fixtures/wait.ts'
+import { MAX_SESSIONS_PER_POD } from '../../lib/control-plane/upstream-pool.ts'
 
 const REGISTER = '/stargate.StargateControlPlane/RegisterInferenceServer'
 
@@ -136,4 +139,60 @@ t.test('a hostile pod costs its own registration an UNAVAILABLE and nothing else
   }
   t.equal(await pods.kube.metric('stargate_k8s_router_registration_streams_closed_total', { outcome: 'invalid_response' }), invalid, 'each invalid response is counted')
   await waitFor(() => pods.kube.router.upstreamPool.openStreams() === 0, { message: 'no upstream stream left open' })
+})
+
+/** A gRPC pod on node:http2 with the given SETTINGS; its streams are held, never answered. */
+async function holdingPod (t: { teardown: (fn: () => void) => void }, ip: string, settings: http2.Settings): Promise<{ port: number, connections: () => number, streams: () => number }> {
+  const server = http2.createServer({ settings })
+  const sockets = new Set<Socket>()
+  let streams = 0
+  server.on('connection', (socket: Socket) => { sockets.add(socket); socket.on('close', () => { sockets.delete(socket) }) })
+  server.on('stream', (stream) => { streams++; stream.on('error', () => {}) })
+  await new Promise<void>((resolve) => { server.listen(0, ip, resolve) })
+  t.teardown(() => { for (const s of sockets) s.destroy(); server.close() })
+  return { port: (server.address() as AddressInfo).port, connections: () => sockets.size, streams: () => streams }
+}
+
+// A pod whose SETTINGS allow no streams got one new session per registration, never closed and
+// never answered (nghttp2 queued the stream): 100 Pylon retries held 101 connections to it.
+t.test('a pod that allows no streams gets UNAVAILABLE at once, and no session is kept for it', async (t) => {
+  const pods = await StubPods.start(t, { pods: ['stargate-0'] })
+  const pod = await holdingPod(t, '127.0.9.43', { maxConcurrentStreams: 0 })
+  pods.kube.fake.apply(stargateSlice('stargate-zero', [{ pod: 'stargate-zero', ip: '127.0.9.43' }], { ports: { grpc: pod.port, quic: 50052 } }))
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 2)
+  for (let i = 0; i < 20; i++) {
+    const status = await register(pods.kube.address, 'stargate-zero.stargate.external:50071')
+    t.same([status.code, status.details], [grpc.status.UNAVAILABLE, 'failed to connect to stargate target: the pod allows no streams (SETTINGS_MAX_CONCURRENT_STREAMS 0)'], `attempt ${i + 1}: UNAVAILABLE saying why`)
+  }
+  await waitFor(() => pods.kube.router.upstreamPool.size <= 1, { message: 'no session kept for the pod' })
+  await waitFor(() => pod.connections() === 0, { message: 'the pod sees its connections closed' })
+  t.equal(pod.streams(), 0, 'no stream ever reached it')
+  t.equal((await register(pods.kube.address, 'stargate-0.stargate.external:50071')).code, grpc.status.OK, 'other registrations work')
+})
+
+// The registrations below arrive together, before the pod's first SETTINGS: all of them waited
+// on the first session and were sent on it beyond the pod's limit, so nghttp2 held 31 of them
+// for a stream that long-lived registrations never free. Now each gets a session, up to the cap.
+t.test(`a pod that allows one stream a session holds at most ${MAX_SESSIONS_PER_POD} sessions; the registration beyond gets UNAVAILABLE`, async (t) => {
+  const pods = await StubPods.start(t, { pods: ['stargate-0'] })
+  const pod = await holdingPod(t, '127.0.9.44', { maxConcurrentStreams: 1 })
+  pods.kube.fake.apply(stargateSlice('stargate-one', [{ pod: 'stargate-one', ip: '127.0.9.44' }], { ports: { grpc: pod.port, quic: 50052 } }))
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 2)
+  const client = new grpc.Client(pods.kube.address, grpc.credentials.createInsecure(), { 'grpc.default_authority': 'stargate-one.stargate.external:50071' })
+  t.teardown(() => { client.close() })
+  const calls: Array<grpc.ClientDuplexStream<Buffer, Buffer>> = []
+  for (let i = 0; i < MAX_SESSIONS_PER_POD; i++) {
+    const call = client.makeBidiStreamRequest(REGISTER, (b: Buffer) => b, (b: Buffer) => b, new grpc.Metadata())
+    call.on('data', () => {})
+    call.on('error', () => {})
+    call.write(Buffer.from([0x0a, 0x01, 0x70]))
+    calls.push(call)
+  }
+  t.teardown(() => { for (const call of calls) call.cancel() })
+  await waitFor(() => pod.streams() === MAX_SESSIONS_PER_POD, { message: 'every held registration at the pod' })
+  t.equal(pod.connections(), MAX_SESSIONS_PER_POD, 'one session each')
+  const beyond = await register(pods.kube.address, 'stargate-one.stargate.external:50071')
+  t.same([beyond.code, beyond.details], [grpc.status.UNAVAILABLE, `failed to connect to stargate target: every stream the pod allows on ${MAX_SESSIONS_PER_POD} sessions is in use`])
+  t.equal(pod.connections(), MAX_SESSIONS_PER_POD, 'no session opened for it')
+  t.equal((await register(pods.kube.address, 'stargate-0.stargate.external:50071')).code, grpc.status.OK, 'other pods are not affected')
 })
