@@ -107,7 +107,9 @@ const NOT_RETRIED = new Set(['UND_ERR_INVALID_ARG', 'UND_ERR_NOT_SUPPORTED', 'UN
  * when undici sets one) or one of its own response checks.
  */
 function isInvalidResponse (err: Error, code: string): boolean {
-  return err.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH' || code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE'
+  return err.name === 'HTTPParserError' || code.startsWith('HPE_') || code === 'UND_ERR_HEADERS_OVERFLOW' || code === 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH' || code === 'UND_ERR_RES_EXCEEDED_MAX_SIZE' ||
+    // A 101 the router never asked for: undici ends the socket with this one error.
+    (code === 'UND_ERR_SOCKET' && err.message === 'bad upgrade')
 }
 const BODYLESS = new Set(['GET', 'HEAD', 'DELETE', 'OPTIONS', 'TRACE'])
 
@@ -159,6 +161,9 @@ class Exchange implements PodRequest {
   status = 0
   firstByteAt = 0
   timer: NodeJS.Timeout | null = null
+  /** Interim (1xx) responses the pod sent in this attempt, and the deadline for its final head. */
+  interim = 0
+  headTimer: NodeJS.Timeout | null = null
   /** HTTP/1.1 responses: the head can wait for the body in a corked socket (see onHeaders). */
   readonly corkable: boolean
   wroteBody = false
@@ -216,15 +221,21 @@ class Exchange implements PodRequest {
   }
 
   onHeaders (statusCode: number, rawHeaders: Buffer[], resume: () => void): boolean {
-    if (statusCode < 200) return true // 1xx: wait for the final response
+    if (statusCode < 100) {
+      // llhttp parses any three digits; undici then asserts on them after this returns.
+      if (!this.done) this.forwarder.invalidResponse(this, Object.assign(new Error(`response status ${statusCode}`), { code: 'invalid_status' }))
+      return false
+    }
+    if (statusCode < 200) return this.#interim()
     if (this.done) return false
+    if (this.headTimer !== null) { clearTimeout(this.headTimer); this.headTimer = null }
     this.resume = resume
     this.responded = true
     this.status = statusCode
     this.firstByteAt = performance.now()
     const res = this.res as ServerResponse
     try {
-      res.writeHead(statusCode, downstreamResponseHeaders(rawHeaders, this.requestId))
+      res.writeHead(statusCode, downstreamResponseHeaders(rawHeaders, this.requestId, statusCode))
     } catch (err) {
       // Bytes from a pod must not end the process: e.g. Node refuses two content-type fields
       // on an HTTP/2 response (ERR_HTTP2_HEADER_SINGLE_VALUE) or a value with control bytes.
@@ -261,6 +272,25 @@ class Exchange implements PodRequest {
     if (this.done) return
     ;(this.res as ServerResponse).end()
     this.forwarder.finish(this, 'forwarded')
+  }
+
+  /**
+   * A 1xx before the final response. undici restarts its headers timer on each, so a pod
+   * trickling them held the request and its connection for as long as it liked: the final head
+   * is due --http-headers-timeout-ms after the first, and more than MAX_INTERIM_RESPONSES is not
+   * a response (a real server sends one or two: 100 Continue, 103 Early Hints).
+   */
+  #interim (): boolean {
+    if (this.done) return false
+    this.interim++
+    if (this.interim > MAX_INTERIM_RESPONSES) {
+      this.log.warn({ pod: this.pod.target.identity, interim: this.interim }, 'stargate target sent an invalid response')
+      this.forwarder.fail(this, 'upstream_invalid_response')
+      return false
+    }
+    const timeoutMs = this.forwarder.options.headersTimeoutMs
+    if (this.interim === 1 && timeoutMs > 0) this.headTimer = setTimeout(onHeadTimeout, timeoutMs, this)
+    return true
   }
 
   onError (err: Error & { code?: string }): void {
@@ -356,6 +386,16 @@ const REFUSALS_PER_TURN = 64
 
 function refuseSlowBodies (forwarder: HttpForwarder): void {
   forwarder.refuseSlowBodies()
+}
+
+/** Interim responses allowed before the final one (Exchange.#interim). */
+export const MAX_INTERIM_RESPONSES = 16
+
+function onHeadTimeout (exchange: Exchange): void {
+  exchange.headTimer = null
+  if (exchange.done || exchange.responded) return
+  exchange.log.warn({ pod: exchange.pod.target.identity, interim: exchange.interim }, 'upstream request failed')
+  exchange.forwarder.fail(exchange, 'upstream_timeout')
 }
 
 function onTimeout (exchange: Exchange): void {
@@ -700,6 +740,7 @@ export class HttpForwarder {
     const client = exchange.client
     if (this.options.maxPerClientPerPod > 0) pod.clients.set(client, (pod.clients.get(client) ?? 0) + 1)
     exchange.sent = false
+    exchange.interim = 0
     exchange.settled = false
     pod.connections.submit(exchange)
   }
@@ -771,6 +812,7 @@ export class HttpForwarder {
     if (exchange.done) return
     exchange.done = true
     if (exchange.timer !== null) clearTimeout(exchange.timer)
+    if (exchange.headTimer !== null) clearTimeout(exchange.headTimer)
     if (exchange.stalledAt !== 0) this.#stalled.delete(exchange)
     if (exchange.line !== null) process.nextTick(nextOnLine, this, exchange.line)
     this.stopReceiving(exchange)

@@ -95,8 +95,12 @@ export function upstreamRequestHeaders (raw: readonly string[], forwarded: Forwa
   return out
 }
 
-/** Response fields for the client: the pod's minus hop-by-hop ones, as strings. */
-export function downstreamResponseHeaders (raw: readonly Buffer[], requestId: string): string[] {
+/**
+ * Response fields for the client: the pod's minus hop-by-hop ones, as strings. A 204 carries
+ * no content-length (RFC 9110 §8.6): over HTTP/2 a client resets a stream whose 204 declares
+ * a body (curl: PROTOCOL_ERROR), so a pod's would cost the client its answer.
+ */
+export function downstreamResponseHeaders (raw: readonly Buffer[], requestId: string, status = 200): string[] {
   const out: string[] = []
   let listed: Set<string> | null = null
   for (let i = 0; i < raw.length; i += 2) {
@@ -112,6 +116,7 @@ export function downstreamResponseHeaders (raw: readonly Buffer[], requestId: st
     const name = (raw[i] as Buffer).toString('latin1')
     const lower = name.toLowerCase()
     if (HOP_BY_HOP.has(lower) || (listed !== null && listed.has(lower))) continue
+    if (status === 204 && lower === 'content-length') continue
     if (lower === 'x-request-id') sawRequestId = true
     out.push(name, (raw[i + 1] as Buffer).toString('latin1'))
   }

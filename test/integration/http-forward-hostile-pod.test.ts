@@ -32,6 +32,8 @@ const INVALID: Array<{ what: string, behaviour: PodBehaviour, h2Only?: boolean }
   { what: 'a control byte in a header value', behaviour: answerWith('HTTP/1.1 200 OK\r\nX-Evil: a\u0001b\r\nContent-Length: 2\r\n\r\nok') },
   { what: 'two different content-length fields', behaviour: answerWith('HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok') },
   { what: 'a 64 KiB response head', behaviour: answerWith(`HTTP/1.1 200 OK\r\nX-Pad: ${'p'.repeat(64 * 1024)}\r\nContent-Length: 2\r\n\r\nok`) },
+  { what: 'a status under 100', behaviour: answerWith('HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok') },
+  { what: 'a 101 Switching Protocols nobody asked for', behaviour: answerWith('HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n') },
 ]
 
 t.test('a pod answering what cannot be forwarded is 502 upstream_invalid_response, counted, and the router stays up', async (t) => {
@@ -75,4 +77,82 @@ t.test('a pod that dies in the middle of its body cuts the client connection and
   t.ok(received.endsWith('\r\n\r\nonly ten b'), 'the connection is closed after what the pod sent, so the client sees it cut short')
   t.equal(await pods.kube.metric('stargate_k8s_router_http_requests_total', { outcome: 'upstream_error' }), 1)
   t.equal((await fetch(`http://127.0.0.1:${pods.kube.router.health.port}/livez`)).status, 200)
+})
+
+/** Writes `103 Early Hints` heads every intervalMs and never a final response; counts its open connections. */
+function trickleInterim (intervalMs: number): { behaviour: PodBehaviour, open: () => number } {
+  let open = 0
+  const behaviour: PodBehaviour = (socket) => {
+    open++
+    const timer = setInterval(() => { if (!socket.destroyed) socket.write('HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n') }, intervalMs)
+    socket.on('close', () => { open--; clearInterval(timer) })
+    socket.on('error', () => {})
+  }
+  return { behaviour, open: () => open }
+}
+
+// undici restarts its headers timer on every 1xx head: a pod sending one every 500 ms held the
+// request and its connection until the pod closed (12 s, 40 s: as long as it liked), where the
+// client should get 504 at --http-headers-timeout-ms.
+t.test('a pod trickling 1xx heads gets 504 upstream_timeout at the headers timeout, counted from the first', async (t) => {
+  const pods = await StubPods.start(t, { pods: [], args: ['--http-headers-timeout-ms', '600'] })
+  const trickle = trickleInterim(150)
+  const pod = await RawHttpPod.start('127.0.9.53', trickle.behaviour)
+  t.teardown(() => { pod.close() })
+  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.53' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const started = performance.now()
+  const reply = await request(pods.kube.frontDoorPort, { host: HOST, method: 'GET', path: '/x' })
+  const ms = performance.now() - started
+  t.same([reply.status, reply.headers['x-stargate-error-code']], [504, 'upstream_timeout'], 'HTTP/1.1 client')
+  t.ok(ms < 3000, `answered after ${ms.toFixed(0)} ms (headers timeout 600 ms; the pod never stops)`)
+  t.same(await h2Get(pods.kube.frontDoorPort, '/x'), { status: 504, code: 'upstream_timeout' }, 'HTTP/2 client')
+  await waitFor(() => trickle.open() === 0, { message: 'the pod\'s connections closed' })
+})
+
+t.test('one or two 1xx heads before the final response are fine; more than 16 is no response (502)', async (t) => {
+  const pods = await StubPods.start(t, { pods: [] })
+  let behaviour: PodBehaviour = () => {}
+  const pod = await RawHttpPod.start('127.0.9.54', (socket, head) => { behaviour(socket, head) })
+  t.teardown(() => { pod.close() })
+  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.54' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const final = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'
+  behaviour = answerWith('HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n' + final)
+  const two = await request(pods.kube.frontDoorPort, { host: HOST, method: 'GET', path: '/x' })
+  t.same([two.status, two.body], [200, 'ok'], 'two interim heads, then the answer')
+  behaviour = answerWith('HTTP/1.1 102 Processing\r\n\r\n'.repeat(16) + final)
+  const sixteen = await request(pods.kube.frontDoorPort, { host: HOST, method: 'GET', path: '/x' })
+  t.same([sixteen.status, sixteen.body], [200, 'ok'], 'sixteen, then the answer')
+  behaviour = answerWith('HTTP/1.1 102 Processing\r\n\r\n'.repeat(17) + final)
+  const seventeen = await request(pods.kube.frontDoorPort, { host: HOST, method: 'GET', path: '/x' })
+  t.same([seventeen.status, seventeen.headers['x-stargate-error-code']], [502, 'upstream_invalid_response'], 'seventeen: refused')
+  t.equal((await fetch(`http://127.0.0.1:${pods.kube.router.health.port}/livez`)).status, 200)
+})
+
+// A pod's 204 with content-length reached HTTP/2 clients as declared, and they reset the
+// stream (curl: PROTOCOL_ERROR, exit 92), losing the answer.
+t.test('a pod\'s 204 with a content-length reaches the client as a 204 without one', async (t) => {
+  const pods = await StubPods.start(t, { pods: [] })
+  const pod = await RawHttpPod.start('127.0.9.55', answerWith('HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nX-Kept: yes\r\n\r\n'))
+  t.teardown(() => { pod.close() })
+  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.55' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
+  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const session = http2.connect(`http://127.0.0.1:${pods.kube.frontDoorPort}`)
+  t.teardown(() => { session.destroy() })
+  const answer = await new Promise<{ headers: http2.IncomingHttpHeaders, error: string | null }>((resolve) => {
+    const stream = session.request({ ':method': 'GET', ':path': '/x', ':authority': HOST })
+    let headers: http2.IncomingHttpHeaders = {}
+    let error: string | null = null
+    stream.on('response', (h) => { headers = h })
+    stream.on('error', (err: NodeJS.ErrnoException) => { error = err.code ?? err.message })
+    stream.on('close', () => { resolve({ headers, error }) })
+    stream.resume()
+  })
+  t.equal(answer.error, null, 'the stream ends cleanly')
+  t.equal(answer.headers[':status'], 204)
+  t.equal(answer.headers['content-length'], undefined, 'no content-length')
+  t.equal(answer.headers['x-kept'], 'yes', 'the other fields are kept')
+  const h1 = await request(pods.kube.frontDoorPort, { host: HOST, method: 'GET', path: '/x' })
+  t.same([h1.status, h1.headers['content-length'], h1.headers['x-kept']], [204, undefined, 'yes'], 'HTTP/1.1 client: the same')
 })
