@@ -68,7 +68,6 @@ export class BoundedWatch {
     await this.#config.applySecurityAuthentication(ctx)
 
     let finished = false
-    let timer: NodeJS.Timeout | undefined
     const finish = (err: unknown): void => {
       if (finished) return
       finished = true
@@ -76,12 +75,10 @@ export class BoundedWatch {
       controller.abort()
       done(err)
     }
-    const arm = (): void => {
-      clearTimeout(timer)
-      timer = setTimeout(finish, this.#inactivityMs, new DOMException('The operation was aborted due to timeout', 'TimeoutError'))
-      timer.unref()
-    }
-    arm()
+    // Restarted by every chunk (refresh: no allocation per chunk).
+    const timer = setTimeout(() => { finish(new DOMException('The operation was aborted due to timeout', 'TimeoutError')) }, this.#inactivityMs)
+    timer.unref()
+    const arm = (): void => { timer.refresh() }
     try {
       const response = await libraryFetch(url, { method: 'GET', headers: ctx.getHeaders(), dispatcher: ctx.getDispatcher(), signal: controller.signal })
       if (response.status !== 200) {
