@@ -42,6 +42,9 @@ export const PEER_TRIGGERED_MESSAGES: readonly LimitedMessage[] = [
   { msg: 'stargate target sent an invalid response' },
   { msg: 'upstream request failed' },
   { msg: 'upstream failed mid-response' },
+  // What the API server (or anything answering in its place) sends.
+  { msg: 'endpointslice watch object ignored: not a slice of the target service', by: 'reason' },
+  { msg: 'peer endpointslice watch object ignored: not a slice of the peer service', by: 'reason' },
   // A contained uncaught error (lib/uncaught-errors.ts): a peer may find a way to repeat one.
   { msg: CONTAINED_MESSAGE, by: 'kind' },
 ]

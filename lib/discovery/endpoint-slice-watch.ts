@@ -6,10 +6,10 @@
  * exponential backoff (1 s doubling to 30 s, jittered) and keeps the last state meanwhile.
  * It only translates informer events; what a slice means is the consumer's business (the
  * Stargate target source, and the peer set of router replicas). The watch request is
- * bounded-watch.ts: the library's, with a bound on each event line.
+ * bounded-list-watch.ts: the library's, with a bound on each event line.
  */
-import { DiscoveryV1Api, ListWatch, type KubeConfig, type V1EndpointSlice, type Watch } from '@kubernetes/client-node'
-import { BoundedWatch } from './bounded-watch.ts'
+import { ListWatch, type KubeConfig, type V1EndpointSlice, type Watch } from '@kubernetes/client-node'
+import { BoundedWatch, boundedList } from './bounded-list-watch.ts'
 import type { Logger } from '../log.ts'
 
 export interface EndpointSliceConsumer {
@@ -26,6 +26,12 @@ export interface EndpointSliceWatchOptions {
   readonly consumer: EndpointSliceConsumer
   readonly logger: Logger
   readonly onRestart?: () => void
+  /**
+   * An object from the API server that is not one of the watched slices was dropped before the
+   * informer saw it: not an object with metadata (the informer reads `metadata` unchecked and
+   * its throw ended the process), or a slice of another namespace or Service.
+   */
+  readonly onIgnored?: (reason: IgnoredReason) => void
   readonly backoff?: { readonly baseMs: number, readonly maxMs: number }
   readonly random?: () => number
   readonly now?: () => number
@@ -33,6 +39,37 @@ export interface EndpointSliceWatchOptions {
 
 type WatchDone = (err: unknown) => void
 type WatchCallback = (phase: string, apiObj: unknown, watchObj?: unknown) => void
+
+export type IgnoredReason = 'malformed_slice' | 'foreign_slice'
+
+const SERVICE_NAME_LABEL = 'kubernetes.io/service-name'
+
+/**
+ * Why an object is not a slice of this namespace and Service, or null when it is one. A
+ * DELETED object may carry another Service's label (the API server sends DELETED for a slice
+ * that stopped matching the selector) and a BOOKMARK only a resourceVersion: for those the
+ * label is not checked (`phase`).
+ */
+export function ignoredReason (obj: unknown, namespace: string, serviceName: string, phase = 'ADDED'): IgnoredReason | null {
+  if (obj === null || typeof obj !== 'object' || Array.isArray(obj)) return 'malformed_slice'
+  const metadata = (obj as { metadata?: unknown }).metadata
+  if (metadata === null || typeof metadata !== 'object' || Array.isArray(metadata)) return 'malformed_slice'
+  const { namespace: ns, labels } = metadata as { namespace?: unknown, labels?: unknown }
+  // A list item may leave its namespace out (it is the list's); a watch object names it.
+  if (phase === 'BOOKMARK') return null
+  if (ns !== undefined && ns !== namespace) return 'foreign_slice'
+  if (phase === 'DELETED') return null
+  const service = labels !== null && typeof labels === 'object' ? (labels as Record<string, unknown>)[SERVICE_NAME_LABEL] : undefined
+  return service === serviceName ? null : 'foreign_slice'
+}
+
+/**
+ * Relists in a row (a 410 after every event resets the library's own delay to 0): the n-th
+ * list within RELIST_WINDOW_MS of others waits RELIST_BASE_MS × 2^(n-1), at most the backoff
+ * maximum. A real compaction relists once in minutes and never waits.
+ */
+const RELIST_WINDOW_MS = 60_000
+const RELIST_BASE_MS = 250
 
 export class EndpointSliceWatch {
   readonly #options: EndpointSliceWatchOptions
@@ -44,22 +81,25 @@ export class EndpointSliceWatch {
   #listed = false
   #watching = false
   #unhealthySince: number
+  /** Start times of the lists in the last RELIST_WINDOW_MS (a handful: each waits longer). */
+  #listStarts: number[] = []
 
   constructor (options: EndpointSliceWatchOptions) {
     this.#options = options
     this.#now = options.now ?? Date.now
     this.#unhealthySince = this.#now()
     const { kubeConfig, namespace, serviceName, consumer } = options
-    const api = kubeConfig.makeApiClient(DiscoveryV1Api)
-    const labelSelector = `kubernetes.io/service-name=${serviceName}`
+    const labelSelector = `${SERVICE_NAME_LABEL}=${serviceName}`
     const path = `/apis/discovery.k8s.io/v1/namespaces/${encodeURIComponent(namespace)}/endpointslices`
     const listFn = async (): Promise<{ items: V1EndpointSlice[], metadata?: { resourceVersion?: string } }> => {
-      const list = await api.listNamespacedEndpointSlice({ namespace, labelSelector })
+      await this.#relistPause()
+      const list = await boundedList(kubeConfig, path, { labelSelector })
+      const items = list.items.filter((item) => this.#belongs(item)) as V1EndpointSlice[]
       // Applied here, in full, before the informer replays it as per-object events: the
       // consumer sees one complete list and never a half-applied relist.
-      consumer.onList(list.items)
+      consumer.onList(items)
       this.#listed = true
-      return list
+      return { items, metadata: list.metadata }
     }
     this.#informer = new ListWatch<V1EndpointSlice>(path, this.#trackingWatch(new BoundedWatch(kubeConfig)) as Watch, listFn, false, labelSelector)
     this.#informer.on('add', (obj) => { consumer.onUpsert(obj) })
@@ -96,12 +136,18 @@ export class EndpointSliceWatch {
       watch: async (path: string, query: Record<string, string | number | boolean | undefined>, callback: WatchCallback, done: WatchDone): Promise<AbortController> => {
         let ended = false
         const controller = await watch.watch(path, query, (phase, obj, watchObj) => {
+          if (phase === 'ERROR') {
+            // The informer reads `code` of it (410: relist); anything else is not a Status.
+            if (obj === null || typeof obj !== 'object') return
+          } else if (!this.#belongs(obj, phase)) {
+            return
+          }
           this.#attempt = 0
-          callback(phase, obj, watchObj)
+          this.#contain(callback(phase, obj, watchObj))
         }, (err: unknown) => {
           ended = true
           this.#setWatching(false)
-          done(err)
+          this.#contain(done(err))
         })
         if (!ended) {
           this.#attempt = 0
@@ -110,6 +156,39 @@ export class EndpointSliceWatch {
         return controller
       },
     }
+  }
+
+  /** Whether a slice from the API server is one of ours; counted when it is not. */
+  #belongs (obj: unknown, phase?: string): boolean {
+    const reason = ignoredReason(obj, this.#options.namespace, this.#options.serviceName, phase)
+    if (reason === null) return true
+    this.#options.onIgnored?.(reason)
+    return false
+  }
+
+  /**
+   * The informer's handlers are async and the watch drops what they return: a rejection would
+   * be unhandled, which ends the process (lib/uncaught-errors.ts). It restarts the watch instead.
+   */
+  #contain (result: unknown): void {
+    if (result instanceof Promise) result.catch((err: unknown) => { this.#onError(err) })
+  }
+
+  /** Waits before a list that follows others closely (RELIST_WINDOW_MS); throws once stopped. */
+  async #relistPause (): Promise<void> {
+    const now = this.#now()
+    this.#listStarts = this.#listStarts.filter((at) => now - at < RELIST_WINDOW_MS)
+    const recent = this.#listStarts.length
+    if (recent > 0) {
+      const maxMs = this.#options.backoff?.maxMs ?? 30_000
+      const random = this.#options.random ?? Math.random
+      const waitMs = Math.round(Math.min(maxMs, RELIST_BASE_MS * 2 ** Math.min(recent - 1, 20)) * (0.8 + 0.4 * random()))
+      this.#options.logger.warn({ recentLists: recent, waitMs, namespace: this.#options.namespace, service: this.#options.serviceName },
+        'endpointslices relisted again soon after the last list; waiting first')
+      await new Promise((resolve) => { setTimeout(resolve, waitMs).unref() })
+      if (this.#stopped) throw new Error('endpointslice watch stopped')
+    }
+    this.#listStarts.push(this.#now())
   }
 
   #setWatching (watching: boolean): void {

@@ -16,6 +16,9 @@ export const SKIP_REASONS = [
   'no_identity',
   'no_address',
   'unroutable_name',
+  // Not from this parser: the watch drops an object of another namespace or Service
+  // (endpoint-slice-watch.ts).
+  'foreign_slice',
 ] as const
 export type SkipReason = typeof SKIP_REASONS[number]
 

@@ -43,6 +43,10 @@ export class KubernetesTargetSource extends EndpointSliceWatch implements Discov
       serviceName: options.serviceName,
       logger,
       onRestart: () => { metrics.discoveryWatchRestarts.inc() },
+      onIgnored: (reason) => {
+        metrics.endpointSliceSkipped.labels(reason).inc()
+        logger.warn({ reason }, 'endpointslice watch object ignored: not a slice of the target service')
+      },
       backoff: options.backoff,
       consumer,
     })

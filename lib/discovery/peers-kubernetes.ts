@@ -82,6 +82,7 @@ export class KubernetesPeerSource extends EndpointSliceWatch implements Discover
       serviceName: options.serviceName,
       logger,
       onRestart: () => { metrics.peerWatchRestarts.inc() },
+      onIgnored: (reason) => { logger.warn({ reason }, 'peer endpointslice watch object ignored: not a slice of the peer service') },
       backoff: options.backoff,
       consumer,
     })

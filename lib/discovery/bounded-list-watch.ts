@@ -1,19 +1,22 @@
 /**
- * The Kubernetes watch request of @kubernetes/client-node's `Watch`, with every event line
- * bounded. The library reads the stream with node:readline, which buffers a line until its
- * newline: a watch answer streaming bytes without one (a broken proxy in front of the API
- * server, or anything answering in its place) grew the router's memory at the stream's rate
- * until V8's string limit ended the process. Here a line over maxLineBytes ends the watch with
- * an error, which the informer's adapter (endpoint-slice-watch.ts) reports and restarts with
- * backoff, keeping the last slices.
+ * The Kubernetes list and watch requests of @kubernetes/client-node's ListWatch informer, each
+ * bounded. The library buffered both without limit: the list answer whole, with no deadline (a
+ * list that never ended grew the router's memory at its rate; a 300 MiB one held 1.8 GiB and
+ * blocked the event loop past the kubelet's probe timeout), and each watch line until its
+ * newline (node:readline: a watch answer streaming bytes without one grew memory until V8's
+ * string limit ended the process). That is what a broken proxy in front of the API server, or
+ * anything answering in its place, can send. Here a list answer is read up to maxBytes within
+ * timeoutMs, and a watch line over maxLineBytes ends the watch; each failure reaches the
+ * informer's adapter (endpoint-slice-watch.ts), which reports it and restarts with backoff,
+ * keeping the last slices.
  *
- * The rest is the library's watch protocol, so its ListWatch informer drives this unchanged:
- * `?watch=true` and the query, the KubeConfig's authentication, one JSON event per line
- * (lines that are not JSON are ignored), `done(err)` once, a TimeoutError after
- * inactivityMs without a byte (the informer re-watches at once on it), and an AbortController
- * that ends the request. The request goes through the fetch of the undici the library itself
- * uses, because the KubeConfig's dispatcher (cluster CA, client certificates) is one of its
- * Agents.
+ * The rest is the library's protocol, so its ListWatch drives these unchanged: the query, the
+ * KubeConfig's authentication, the list's `items` and `metadata.resourceVersion` as JSON (the
+ * raw objects, as watch events carry them), `?watch=true`, one JSON event per line (lines
+ * that are not JSON are ignored), `done(err)` once, a TimeoutError after inactivityMs without
+ * a byte (the informer re-watches at once on it), and an AbortController that ends the watch.
+ * Requests go through the fetch of the undici the library itself uses, because the
+ * KubeConfig's dispatcher (cluster CA, client certificates) is one of its Agents.
  */
 import { createRequire } from 'node:module'
 import { STATUS_CODES } from 'node:http'
@@ -26,6 +29,9 @@ const { fetch: libraryFetch } = libraryRequire('undici') as { fetch: LibraryFetc
 
 /** Larger than any object etcd stores (1.5 MiB by default), even JSON-escaped twice over. */
 export const DEFAULT_MAX_WATCH_LINE_BYTES = 8 * 1024 * 1024
+/** One Service's slices: 1,000 endpoints a slice, ~0.5 MB each; 64 MiB is over 100 full slices. */
+export const DEFAULT_MAX_LIST_BYTES = 64 * 1024 * 1024
+const DEFAULT_LIST_TIMEOUT_MS = 60_000
 const DEFAULT_INACTIVITY_MS = 30_000
 const NEWLINE = 0x0a
 
@@ -41,6 +47,63 @@ export class WatchLineTooLongError extends Error {
   constructor (maxLineBytes: number) {
     super(`watch event line over ${maxLineBytes} bytes without a newline; the watch is ended`)
     this.name = 'WatchLineTooLongError'
+  }
+}
+
+export interface ListAnswer {
+  readonly items: unknown[]
+  readonly metadata: { readonly resourceVersion?: string }
+}
+
+export interface BoundedListOptions {
+  readonly maxBytes?: number
+  readonly timeoutMs?: number
+}
+
+/** A GET of a list (`path` with `query`): its items and resourceVersion, or an error to restart on. */
+export async function boundedList (config: KubeConfig, path: string, query: Record<string, string>, options: BoundedListOptions = {}): Promise<ListAnswer> {
+  const maxBytes = options.maxBytes ?? DEFAULT_MAX_LIST_BYTES
+  const timeoutMs = options.timeoutMs ?? DEFAULT_LIST_TIMEOUT_MS
+  const cluster = config.getCurrentCluster()
+  if (cluster === null) throw new Error('No currently active cluster')
+  const url = new URL(cluster.server + path)
+  for (const [key, value] of Object.entries(query)) url.searchParams.set(key, value)
+  const ctx = new RequestContext(url.toString(), HttpMethod.GET)
+  await config.applySecurityAuthentication(ctx)
+  const controller = new AbortController()
+  const timer = setTimeout(() => { controller.abort(new Error(`list answer not complete within ${timeoutMs} ms`)) }, timeoutMs)
+  timer.unref()
+  try {
+    const response = await libraryFetch(url, { method: 'GET', headers: ctx.getHeaders(), dispatcher: ctx.getDispatcher(), signal: controller.signal })
+    if (response.status !== 200) {
+      void response.body?.cancel().catch(() => {})
+      const error = new Error(response.statusText || STATUS_CODES[response.status] || 'Internal Server Error') as Error & { statusCode: number }
+      error.statusCode = response.status
+      throw error
+    }
+    const parts: Buffer[] = []
+    let bytes = 0
+    if (response.body !== null) {
+      for await (const chunk of response.body) {
+        bytes += (chunk as Uint8Array).byteLength
+        if (bytes > maxBytes) {
+          controller.abort()
+          throw new Error(`list answer over ${maxBytes} bytes; not read further`)
+        }
+        parts.push(Buffer.from(chunk as Uint8Array))
+      }
+    }
+    let answer: unknown
+    try { answer = JSON.parse(Buffer.concat(parts, bytes).toString('utf8')) } catch { throw new Error('list answer is not JSON') }
+    const list = answer !== null && typeof answer === 'object' ? answer as { items?: unknown, metadata?: { resourceVersion?: unknown } } : null
+    if (list === null || !Array.isArray(list.items)) throw new Error('list answer has no items list')
+    const version = list.metadata?.resourceVersion
+    return { items: list.items, metadata: typeof version === 'string' ? { resourceVersion: version } : {} }
+  } catch (err) {
+    // An abort by the deadline surfaces as the reason given to abort().
+    throw controller.signal.aborted && controller.signal.reason instanceof Error && !(err instanceof Error && err.message.startsWith('list answer')) ? controller.signal.reason : err
+  } finally {
+    clearTimeout(timer)
   }
 }
 

@@ -1,4 +1,4 @@
-// The Kubernetes watch request (lib/discovery/bounded-watch.ts) against an HTTPS server that
+// The Kubernetes watch request (lib/discovery/bounded-list-watch.ts) against an HTTPS server that
 // answers as the API server does, authenticated as in a cluster (the cluster CA, a bearer
 // token) through the real KubeConfig. The failure mode: the library's reader buffered a line
 // until its newline, so a watch answer streaming bytes without one grew the router's memory at
@@ -10,7 +10,7 @@ import https from 'node:https'
 import type { ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { KubeConfig } from '@kubernetes/client-node'
-import { BoundedWatch, LineSplitter, WatchLineTooLongError } from '../../lib/discovery/bounded-watch.ts'
+import { BoundedWatch, LineSplitter, WatchLineTooLongError, boundedList } from '../../lib/discovery/bounded-list-watch.ts'
 import { createCa, createLeaf } from '../fixtures/certs.ts'
 
 const IP = '127.0.118.40'
@@ -131,4 +131,31 @@ t.test('LineSplitter: lines across chunks, the bound on a line in one chunk and 
   t.same(across.push(Buffer.from('123')), [])
   t.throws(() => across.push(Buffer.from('45')), WatchLineTooLongError, 'a partial line over the bound')
   t.same(new LineSplitter(4).push(Buffer.from('1234\n')), ['1234'], 'a line at the bound is kept')
+})
+
+t.test('a list: items and resourceVersion over TLS with the token; a slow, oversized, non-JSON or item-less answer is an error', async (t) => {
+  let mode = 'ok'
+  const server = await apiServer(t, (res) => {
+    res.writeHead(mode === 'forbidden' ? 403 : 200, { 'content-type': 'application/json' })
+    if (mode === 'ok') res.end('{"kind":"EndpointSliceList","metadata":{"resourceVersion":"42"},"items":[{"metadata":{"name":"a"}}]}')
+    else if (mode === 'slow') res.write('{"items":[')
+    else if (mode === 'large') res.end(`{"items":[${'{},'.repeat(400)}{}]}`)
+    else if (mode === 'text') res.end('<html>')
+    else if (mode === 'no-items') res.end('{"kind":"Status"}')
+    else res.end('{}')
+  })
+  const kc = kubeConfig(server.url, server.caPem)
+  t.same(await boundedList(kc, '/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices', { labelSelector: 'a=b' }), { items: [{ metadata: { name: 'a' } }], metadata: { resourceVersion: '42' } })
+  t.equal(server.requests[0]?.url, '/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices?labelSelector=a%3Db')
+  t.equal(server.requests[0]?.authorization, `Bearer ${TOKEN}`)
+  mode = 'slow'
+  await t.rejects(boundedList(kc, '/l', {}, { timeoutMs: 300 }), /list answer not complete within 300 ms/)
+  mode = 'large'
+  await t.rejects(boundedList(kc, '/l', {}, { maxBytes: 1000 }), /list answer over 1000 bytes; not read further/)
+  mode = 'text'
+  await t.rejects(boundedList(kc, '/l', {}), /list answer is not JSON/)
+  mode = 'no-items'
+  await t.rejects(boundedList(kc, '/l', {}), /list answer has no items list/)
+  mode = 'forbidden'
+  await t.rejects(boundedList(kc, '/l', {}), { statusCode: 403, message: 'Forbidden' })
 })

@@ -1,0 +1,158 @@
+// What an API server (or anything answering in its place, such as a broken proxy) can send the
+// EndpointSlice list+watch (lib/discovery/endpoint-slice-watch.ts, bounded-list-watch.ts),
+// driven by the real client-node ListWatch informer against a raw HTTP server. The failure
+// modes: an event or list item without `metadata`, or a null object, made the informer's async
+// handler throw, the rejection was unhandled, and the router exited 1; a list answer that never
+// ended grew memory without limit; a 410 after every event made the informer relist hundreds of
+// times a second (5,203 lists in 12 s); slices of another namespace or Service became targets.
+import t from 'tap'
+import http, { type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { KubeConfig } from '@kubernetes/client-node'
+import { EndpointSliceWatch, ignoredReason, type IgnoredReason } from '../../lib/discovery/endpoint-slice-watch.ts'
+import { createLogSink } from '../fixtures/log-sink.ts'
+import { waitFor } from '../fixtures/wait.ts'
+
+const IP = '127.0.118.41'
+const NS = 'stargate'
+const SERVICE = 'stargate-headless'
+
+function slice (name: string, extra: { namespace?: string, service?: string } = {}): Record<string, unknown> {
+  return {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: { name, namespace: extra.namespace ?? NS, resourceVersion: '7', labels: { 'kubernetes.io/service-name': extra.service ?? SERVICE } },
+    addressType: 'IPv4',
+    endpoints: [],
+  }
+}
+
+interface Api { lists: number, watches: number, url: string }
+
+/** A raw API server: `list` answers each LIST, `watch` each watch request. */
+async function rawApi (t: { teardown: (fn: () => void) => void }, list: (res: ServerResponse, n: number) => void, watch: (res: ServerResponse, n: number) => void): Promise<Api> {
+  const api: Api = { lists: 0, watches: 0, url: '' }
+  const server = http.createServer((req: IncomingMessage, res: ServerResponse) => {
+    res.on('error', () => {})
+    if ((req.url ?? '').includes('watch=true')) watch(res, ++api.watches)
+    else list(res, ++api.lists)
+  })
+  await new Promise<void>((resolve) => { server.listen(0, IP, resolve) })
+  api.url = `http://${IP}:${(server.address() as AddressInfo).port}`
+  t.teardown(() => { server.closeAllConnections(); server.close() })
+  return api
+}
+
+function listOf (items: unknown[]): (res: ServerResponse) => void {
+  return (res) => { res.writeHead(200, { 'content-type': 'application/json' }); res.end(JSON.stringify({ kind: 'EndpointSliceList', metadata: { resourceVersion: '7' }, items })) }
+}
+
+function events (lines: unknown[], end = false): (res: ServerResponse) => void {
+  return (res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    for (const line of lines) res.write(JSON.stringify(line) + '\n')
+    if (end) res.end()
+  }
+}
+
+function kubeConfig (server: string): KubeConfig {
+  const kc = new KubeConfig()
+  kc.loadFromOptions({ clusters: [{ name: 'c', server, skipTLSVerify: true }], users: [{ name: 'u', token: 't' }], contexts: [{ name: 'x', cluster: 'c', user: 'u' }], currentContext: 'x' })
+  return kc
+}
+
+function startWatch (t: { teardown: (fn: () => unknown) => void }, api: Api, backoff = { baseMs: 50, maxMs: 200 }): { upserts: string[], lists: string[][], ignored: IgnoredReason[], restarts: () => number, log: ReturnType<typeof createLogSink> } {
+  const upserts: string[] = []
+  const lists: string[][] = []
+  const ignored: IgnoredReason[] = []
+  let restarts = 0
+  const log = createLogSink({ level: 'warn' })
+  const name = (s: unknown): string => String((s as { metadata?: { name?: unknown } }).metadata?.name)
+  const watch = new EndpointSliceWatch({
+    kubeConfig: kubeConfig(api.url),
+    namespace: NS,
+    serviceName: SERVICE,
+    logger: log.logger,
+    consumer: { onList: (items) => { lists.push(items.map(name)) }, onUpsert: (s) => { upserts.push(name(s)) }, onDelete: () => {} },
+    onRestart: () => { restarts++ },
+    onIgnored: (reason) => { ignored.push(reason) },
+    backoff,
+  })
+  watch.start()
+  t.teardown(() => watch.stop())
+  return { upserts, lists, ignored, restarts: () => restarts, log }
+}
+
+t.test('watch objects that are no slice are dropped and counted; the watch goes on (it used to end the process)', async (t) => {
+  const api = await rawApi(t, listOf([slice('a')]), events([
+    { type: 'ADDED', object: { kind: 'EndpointSlice' } },
+    { type: 'ADDED', object: null },
+    { type: 'MODIFIED', object: 'text' },
+    { type: 'ERROR', object: null },
+    { type: 'ADDED', object: slice('other-ns', { namespace: 'kube-system' }) },
+    { type: 'ADDED', object: slice('other-svc', { service: 'not-stargate' }) },
+    { type: 'ADDED', object: slice('b') },
+  ]))
+  const w = startWatch(t, api)
+  await waitFor(() => w.upserts.includes('b'), { message: 'the good slice after the bad ones' })
+  t.same(w.upserts.filter((n) => n !== 'a'), ['b'], 'only the slice of this Service reached the consumer')
+  t.same(w.ignored, ['malformed_slice', 'malformed_slice', 'malformed_slice', 'foreign_slice', 'foreign_slice'], 'each counted by reason (the null ERROR is no Status and is skipped)')
+  t.equal(w.restarts(), 0, 'no restart was needed')
+})
+
+t.test('list items without metadata or of another Service are dropped before the informer', async (t) => {
+  const api = await rawApi(t, listOf([{ kind: 'x' }, null, slice('a'), slice('z', { service: 'other' })]), events([]))
+  const w = startWatch(t, api)
+  await waitFor(() => w.lists.length === 1, { message: 'the list applied' })
+  t.same(w.lists[0], ['a'])
+  t.same(w.ignored, ['malformed_slice', 'malformed_slice', 'foreign_slice'])
+  await waitFor(() => api.watches >= 1, { message: 'then the watch' })
+})
+
+t.test('a DELETED slice that stopped matching the selector is still applied (its label is another Service\'s)', async (t) => {
+  t.equal(ignoredReason(slice('a', { service: 'renamed' }), NS, SERVICE, 'DELETED'), null)
+  t.equal(ignoredReason(slice('a', { service: 'renamed' }), NS, SERVICE, 'MODIFIED'), 'foreign_slice')
+  t.equal(ignoredReason(slice('a', { namespace: 'other' }), NS, SERVICE, 'DELETED'), 'foreign_slice')
+  t.equal(ignoredReason({ metadata: { resourceVersion: '9' } }, NS, SERVICE, 'BOOKMARK'), null, 'a bookmark carries only a resourceVersion')
+  t.equal(ignoredReason({ metadata: null }, NS, SERVICE, 'BOOKMARK'), 'malformed_slice')
+  const noNamespace = slice('a')
+  delete (noNamespace.metadata as Record<string, unknown>).namespace
+  t.equal(ignoredReason(noNamespace, NS, SERVICE), null, 'a list item may leave out the list\'s namespace')
+})
+
+t.test('a 410 after every event: relists are spaced, not hundreds a second, and each wait is logged', async (t) => {
+  const api = await rawApi(t, listOf([slice('a')]), events([
+    { type: 'MODIFIED', object: slice('a') },
+    { type: 'ERROR', object: { kind: 'Status', code: 410, reason: 'Expired', message: 'too old resource version' } },
+  ], true))
+  // The relist waits are capped by the backoff maximum (30 s by default).
+  const w = startWatch(t, api, { baseMs: 50, maxMs: 30_000 })
+  await new Promise((resolve) => { setTimeout(resolve, 3000) })
+  // Waits of 250, 500, 1000, 2000 ms (±20 %) fit at most 5 lists in 3 s; the informer alone made hundreds.
+  t.ok(api.lists <= 6, `${api.lists} lists in 3 s`)
+  t.ok(api.lists >= 3, 'it does relist')
+  t.ok(w.log.lines().some((l) => l.msg === 'endpointslices relisted again soon after the last list; waiting first'), 'the waits are logged')
+})
+
+t.test('a list answer that never ends is cut at the cap and the watch restarts with backoff', async (t) => {
+  let streamed = 0
+  const api = await rawApi(t, (res, n) => {
+    if (n > 1) { listOf([slice('a')])(res); return }
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.write('{"kind":"EndpointSliceList","items":[')
+    const item = Buffer.from(JSON.stringify(slice('pad')) + ',')
+    const pump = (): void => {
+      while (!res.destroyed && streamed < 256 * 1024 * 1024) {
+        streamed += item.length
+        if (!res.write(item)) { res.once('drain', pump); return }
+      }
+    }
+    pump()
+  }, events([]))
+  const w = startWatch(t, api)
+  await waitFor(() => w.lists.length === 1, { timeoutMs: 30_000, message: 'the second list applied' })
+  t.same(w.lists[0], ['a'])
+  t.equal(w.restarts(), 1, 'one restart')
+  t.ok(streamed < 96 * 1024 * 1024, `the first answer was cut soon after 64 MiB (${(streamed / 1024 / 1024).toFixed(0)} MiB streamed)`)
+  t.match(w.log.lines().find((l) => l.msg === 'endpointslice watch failed; keeping the last known slices and restarting'), { reason: /list answer over 67108864 bytes/ })
+})
