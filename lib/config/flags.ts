@@ -158,10 +158,10 @@ export const FLAGS: readonly FlagSpec[] = [
   // Limits and timeouts
   int('http-upstream-max-connections', 1024, 'most connections to one Stargate pod for LLM client requests'),
   int('http-upstream-max-queue', 1024, 'most LLM client requests waiting for a connection to one pod; beyond it 503 upstream_busy'),
-  int('front-door-max-connections', 10000, 'most open TCP connections on the front door; more are closed at accept (see docs/configuration.md, memory bound)'),
+  int('front-door-max-connections', 10000, 'most open TCP connections on the front door, and on the WebTransport-over-HTTP/2 listener of the tunnel port; more are closed at accept (see docs/configuration.md, memory bound)'),
   int('http-keep-alive-timeout-ms', 75000, 'front door: silence allowed on an HTTP/1.1 connection between requests (keep it above the idle timeout of a load balancer in front)'),
   int('http2-session-idle-timeout-ms', 300000, 'front door: an HTTP/2 connection with no open stream for this long gets GOAWAY'),
-  int('tls-handshake-timeout-ms', 10000, 'front door: time for a client to complete the TLS handshake'),
+  int('tls-handshake-timeout-ms', 10000, 'front door and WebTransport-over-HTTP/2 listener: time for a client to complete the TLS handshake'),
   bool('upstream-tls-system-ca', false, 'with --upstream-tls, also trust the system CA store for Stargate certificates (without it a trust bundle is required)'),
   list('trusted-proxy-cidrs', 'repeatable or comma-separated: proxies (CIDR blocks or addresses) whose x-forwarded-for, forwarded and x-real-ip are believed; from other peers they are replaced'),
 

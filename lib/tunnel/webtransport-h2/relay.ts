@@ -92,6 +92,11 @@ export interface WebTransportRelayOptions {
   readonly metrics: WebTransportMetrics
   readonly logger: Logger
   readonly onTlsError?: (err: Error) => void
+  /** Time for a client to complete the TLS handshake (the front door's --tls-handshake-timeout-ms). */
+  readonly tlsHandshakeTimeoutMs?: number
+  /** Open TCP connections beyond which new ones are closed at accept (the front door's cap). */
+  readonly maxConnections?: number
+  readonly onRefused?: () => void
   readonly onRapidReset?: () => void
   /** Where bridged sessions are registered to be drained (shutdown, replica balancing); null: nowhere. */
   readonly connections?: ConnectionRegistry | null
@@ -179,10 +184,18 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
       // A client that does not negotiate h2 (ALPN) gets nothing here; Node would hold its
       // socket for 100 s by default.
       unknownProtocolTimeout: 1000,
+      // Node's default is 120 s: 1,000 clients dripping a ClientHello a byte a second held
+      // their sockets that long.
+      handshakeTimeout: options.tlsHandshakeTimeoutMs ?? 10_000,
     }
     this.#server = http2.createSecureServer(serverOptions)
+    // 20,000 idle connections were accepted until the descriptors ran out.
+    this.#server.maxConnections = options.maxConnections ?? 10_000
+    this.#server.on('drop', () => { options.onRefused?.() })
     this.#server.on('session', (session) => { this.#onSession(session) })
-    this.#server.on('tlsClientError', (err) => {
+    this.#server.on('tlsClientError', (err, socket) => {
+      // With a listener Node leaves the socket to it: a handshake timeout alone closes nothing.
+      socket.destroy()
       options.onTlsError?.(err)
       options.logger.debug({ err: err.message }, 'webtransport tls handshake failed')
     })
