@@ -36,13 +36,19 @@ const INVALID: Array<{ what: string, behaviour: PodBehaviour, h2Only?: boolean }
   { what: 'a 101 Switching Protocols nobody asked for', behaviour: answerWith('HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n') },
 ]
 
-t.test('a pod answering what cannot be forwarded is 502 upstream_invalid_response, counted, and the router stays up', async (t) => {
-  const pods = await StubPods.start(t, { pods: [] })
-  let behaviour: PodBehaviour = () => {}
-  const pod = await RawHttpPod.start('127.0.9.51', (socket, head) => { behaviour(socket, head) })
+/** A router with one pod, stargate-bad, answered by a raw socket doing `behaviour`. */
+async function routerWithRawPod (t: Parameters<typeof StubPods.start>[0], ip: string, behaviour: PodBehaviour, args: string[] = []): Promise<StubPods> {
+  const pods = await StubPods.start(t, { pods: [], args })
+  const pod = await RawHttpPod.start(ip, behaviour)
   t.teardown(() => { pod.close() })
-  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.51' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
+  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
   await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  return pods
+}
+
+t.test('a pod answering what cannot be forwarded is 502 upstream_invalid_response, counted, and the router stays up', async (t) => {
+  let behaviour: PodBehaviour = () => {}
+  const pods = await routerWithRawPod(t, '127.0.9.51', (socket, head) => { behaviour(socket, head) })
   const port = pods.kube.frontDoorPort
   const health = `http://127.0.0.1:${pods.kube.router.health.port}`
   let expected = 0
@@ -61,11 +67,7 @@ t.test('a pod answering what cannot be forwarded is 502 upstream_invalid_respons
 })
 
 t.test('a pod that dies in the middle of its body cuts the client connection and nothing else', async (t) => {
-  const pods = await StubPods.start(t, { pods: [] })
-  const pod = await RawHttpPod.start('127.0.9.52', answerWith('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b'))
-  t.teardown(() => { pod.close() })
-  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.52' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
-  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const pods = await routerWithRawPod(t, '127.0.9.52', answerWith('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b'))
   const received = await new Promise<string>((resolve) => {
     const socket = net.connect(pods.kube.frontDoorPort, '127.0.0.1', () => { socket.write(`GET /x HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`) })
     let text = ''
@@ -95,12 +97,8 @@ function trickleInterim (intervalMs: number): { behaviour: PodBehaviour, open: (
 // request and its connection until the pod closed (12 s, 40 s: as long as it liked), where the
 // client should get 504 at --http-headers-timeout-ms.
 t.test('a pod trickling 1xx heads gets 504 upstream_timeout at the headers timeout, counted from the first', async (t) => {
-  const pods = await StubPods.start(t, { pods: [], args: ['--http-headers-timeout-ms', '600'] })
   const trickle = trickleInterim(150)
-  const pod = await RawHttpPod.start('127.0.9.53', trickle.behaviour)
-  t.teardown(() => { pod.close() })
-  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.53' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
-  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const pods = await routerWithRawPod(t, '127.0.9.53', trickle.behaviour, ['--http-headers-timeout-ms', '600'])
   const started = performance.now()
   const reply = await request(pods.kube.frontDoorPort, { host: HOST, method: 'GET', path: '/x' })
   const ms = performance.now() - started
@@ -111,12 +109,8 @@ t.test('a pod trickling 1xx heads gets 504 upstream_timeout at the headers timeo
 })
 
 t.test('one or two 1xx heads before the final response are fine; more than 16 is no response (502)', async (t) => {
-  const pods = await StubPods.start(t, { pods: [] })
   let behaviour: PodBehaviour = () => {}
-  const pod = await RawHttpPod.start('127.0.9.54', (socket, head) => { behaviour(socket, head) })
-  t.teardown(() => { pod.close() })
-  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.54' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
-  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const pods = await routerWithRawPod(t, '127.0.9.54', (socket, head) => { behaviour(socket, head) })
   const final = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'
   behaviour = answerWith('HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n' + final)
   const two = await request(pods.kube.frontDoorPort, { host: HOST, method: 'GET', path: '/x' })
@@ -133,11 +127,7 @@ t.test('one or two 1xx heads before the final response are fine; more than 16 is
 // A pod's 204 with content-length reached HTTP/2 clients as declared, and they reset the
 // stream (curl: PROTOCOL_ERROR, exit 92), losing the answer.
 t.test('a pod\'s 204 with a content-length reaches the client as a 204 without one', async (t) => {
-  const pods = await StubPods.start(t, { pods: [] })
-  const pod = await RawHttpPod.start('127.0.9.55', answerWith('HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nX-Kept: yes\r\n\r\n'))
-  t.teardown(() => { pod.close() })
-  pods.kube.fake.apply(stargateSlice('stargate-bad', [{ pod: 'stargate-bad', ip: '127.0.9.55' }], { ports: { grpc: 1, quic: 2, http: pod.port } }))
-  await waitFor(async () => (await pods.kube.snapshot()).targets.length === 1)
+  const pods = await routerWithRawPod(t, '127.0.9.55', answerWith('HTTP/1.1 204 No Content\r\nContent-Length: 5\r\nX-Kept: yes\r\n\r\n'))
   const session = http2.connect(`http://127.0.0.1:${pods.kube.frontDoorPort}`)
   t.teardown(() => { session.destroy() })
   const answer = await new Promise<{ headers: http2.IncomingHttpHeaders, error: string | null }>((resolve) => {
