@@ -60,27 +60,38 @@ export interface BoundedListOptions {
   readonly timeoutMs?: number
 }
 
+/**
+ * A GET of `path` with `query` as the KubeConfig authenticates it; an answer other than 200 is
+ * an error carrying its statusCode (what the informer reads for 410 and the adapter's log for
+ * 401 and 403).
+ */
+async function authorizedGet (config: KubeConfig, path: string, query: Record<string, string | number | boolean | undefined>, signal: AbortSignal): Promise<Response> {
+  const cluster = config.getCurrentCluster()
+  if (cluster === null) throw new Error('No currently active cluster')
+  const url = new URL(cluster.server + path)
+  for (const [key, value] of Object.entries(query)) {
+    if (value !== undefined) url.searchParams.set(key, String(value))
+  }
+  const ctx = new RequestContext(url.toString(), HttpMethod.GET)
+  await config.applySecurityAuthentication(ctx)
+  const response = await libraryFetch(url, { method: 'GET', headers: ctx.getHeaders(), dispatcher: ctx.getDispatcher(), signal })
+  if (response.status === 200) return response
+  void response.body?.cancel().catch(() => {})
+  const error = new Error(response.statusText || STATUS_CODES[response.status] || 'Internal Server Error') as Error & { statusCode: number }
+  error.statusCode = response.status
+  throw error
+}
+
 /** A GET of a list (`path` with `query`): its items and resourceVersion, or an error to restart on. */
 export async function boundedList (config: KubeConfig, path: string, query: Record<string, string>, options: BoundedListOptions = {}): Promise<ListAnswer> {
   const maxBytes = options.maxBytes ?? DEFAULT_MAX_LIST_BYTES
   const timeoutMs = options.timeoutMs ?? DEFAULT_LIST_TIMEOUT_MS
-  const cluster = config.getCurrentCluster()
-  if (cluster === null) throw new Error('No currently active cluster')
-  const url = new URL(cluster.server + path)
-  for (const [key, value] of Object.entries(query)) url.searchParams.set(key, value)
-  const ctx = new RequestContext(url.toString(), HttpMethod.GET)
-  await config.applySecurityAuthentication(ctx)
   const controller = new AbortController()
-  const timer = setTimeout(() => { controller.abort(new Error(`list answer not complete within ${timeoutMs} ms`)) }, timeoutMs)
+  let timedOut = false
+  const timer = setTimeout(() => { timedOut = true; controller.abort() }, timeoutMs)
   timer.unref()
   try {
-    const response = await libraryFetch(url, { method: 'GET', headers: ctx.getHeaders(), dispatcher: ctx.getDispatcher(), signal: controller.signal })
-    if (response.status !== 200) {
-      void response.body?.cancel().catch(() => {})
-      const error = new Error(response.statusText || STATUS_CODES[response.status] || 'Internal Server Error') as Error & { statusCode: number }
-      error.statusCode = response.status
-      throw error
-    }
+    const response = await authorizedGet(config, path, query, controller.signal)
     const parts: Buffer[] = []
     let bytes = 0
     if (response.body !== null) {
@@ -100,8 +111,7 @@ export async function boundedList (config: KubeConfig, path: string, query: Reco
     const version = list.metadata?.resourceVersion
     return { items: list.items, metadata: typeof version === 'string' ? { resourceVersion: version } : {} }
   } catch (err) {
-    // An abort by the deadline surfaces as the reason given to abort().
-    throw controller.signal.aborted && controller.signal.reason instanceof Error && !(err instanceof Error && err.message.startsWith('list answer')) ? controller.signal.reason : err
+    throw timedOut ? new Error(`list answer not complete within ${timeoutMs} ms`) : err
   } finally {
     clearTimeout(timer)
   }
@@ -119,16 +129,7 @@ export class BoundedWatch {
   }
 
   async watch (path: string, query: Record<string, string | number | boolean | undefined>, callback: WatchEventCallback, done: WatchDoneCallback): Promise<AbortController> {
-    const cluster = this.#config.getCurrentCluster()
-    if (cluster === null) throw new Error('No currently active cluster')
-    const url = new URL(cluster.server + path)
-    url.searchParams.set('watch', 'true')
-    for (const [key, value] of Object.entries(query)) {
-      if (value !== undefined) url.searchParams.set(key, String(value))
-    }
     const controller = new AbortController()
-    const ctx = new RequestContext(url.toString(), HttpMethod.GET)
-    await this.#config.applySecurityAuthentication(ctx)
 
     let finished = false
     const finish = (err: unknown): void => {
@@ -143,13 +144,7 @@ export class BoundedWatch {
     timer.unref()
     const arm = (): void => { timer.refresh() }
     try {
-      const response = await libraryFetch(url, { method: 'GET', headers: ctx.getHeaders(), dispatcher: ctx.getDispatcher(), signal: controller.signal })
-      if (response.status !== 200) {
-        const error = new Error(response.statusText || STATUS_CODES[response.status] || 'Internal Server Error') as Error & { statusCode: number }
-        error.statusCode = response.status
-        void response.body?.cancel().catch(() => {})
-        throw error
-      }
+      const response = await authorizedGet(this.#config, path, { watch: 'true', ...query }, controller.signal)
       arm()
       const body = response.body
       if (body === null) { finish(null); return controller }
