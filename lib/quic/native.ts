@@ -182,10 +182,16 @@ export interface NativeCounters extends NativeIo {
   readonly timers: number
   /** Thread CPU nanoseconds in the engine's libuv callbacks, JavaScript excluded: estimated from a random 1 in 16 of them (benchmarks, metrics). */
   readonly busyNs: number
-  /** The process's malloc heap in use, bytes (glibc mallinfo2; leak checks after equal work). */
-  readonly mallocInUse: number
   /** Streams streamBridge paired and spliced, all connections (monotonic). */
   readonly bridgedStreams: number
+}
+
+/** The process's malloc heap (glibc mallinfo2), bytes. */
+export interface NativeHeapStats {
+  /** Allocated: what leak checks compare after equal work. */
+  readonly inUse: number
+  /** In free chunks, resident or already given back (malloc_trim does not lower it). */
+  readonly free: number
 }
 
 export interface NativeQuic {
@@ -222,6 +228,9 @@ export interface NativeQuic {
   datagramBridge (connA: number, connB: number, mode: 0 | 1 | 2): boolean
   datagramMap (conn: number, fromQuarterId: number, toQuarterId: number): boolean
   counters (): NativeCounters
+  heapStats (): NativeHeapStats
+  /** malloc_trim(0); true when any page went back to the kernel. */
+  heapTrim (): boolean
 }
 
 /** Where the build puts the addon (node-gyp's default output). */

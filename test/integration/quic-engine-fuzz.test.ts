@@ -134,7 +134,7 @@ t.test(`${TOTAL.toLocaleString('en')} random and mutated datagrams: no crash, th
       gc()
       await new Promise((resolve) => { setImmediate(resolve) })
     }
-    return { malloc: engine.counters().mallocInUse / 2 ** 20, rss: rssMiB() }
+    return { malloc: engine.native.heapStats().inUse / 2 ** 20, rss: rssMiB() }
   }
   const start = await heap()
   const began = Date.now()
