@@ -152,6 +152,7 @@ try {
     await new Promise((resolve) => setTimeout(resolve, IDLE_WAIT_S * 1000))
     await measure(`idle ${IDLE_WAIT_S} s after`, pid, inspector, snapshots)
   }
+  console.log(`native heap trims (lib/native-heap-trim.ts): ${await router.metric('stargate_k8s_router_native_heap_trims_total')}, ${((await router.metric('stargate_k8s_router_native_heap_released_bytes_total') ?? 0) / 2 ** 20).toFixed(1)} MiB given back`)
   for (let i = 1; i < snapshots.length; i++) {
     const [from, before] = snapshots[i - 1] as [string, string]
     const [to, after] = snapshots[i] as [string, string]

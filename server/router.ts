@@ -19,6 +19,7 @@ import { startPeers } from './peers-wiring.ts'
 import { startRebalance } from './rebalance-wiring.ts'
 import { startTunnel, type RunningTunnel } from '../lib/tunnel/tunnel-port.ts'
 import { QuicEngine } from '../lib/quic/engine.ts'
+import { NativeHeapTrimmer } from '../lib/native-heap-trim.ts'
 import type { TlsMaterialManager } from '../lib/tls/manager.ts'
 import { registryLoadSource, registryMover } from '../lib/rebalance/registry-adapter.ts'
 import { FrontDoor } from '../lib/front-door/front-door.ts'
@@ -287,6 +288,15 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     onHandlerError: (err) => { logger.error({ err }, 'quic: an event handler failed; its connection was closed') },
   })
   closers.push('quic engine', () => { engine.close() })
+  const heapTrimmer = new NativeHeapTrimmer({
+    heap: engine.native,
+    thresholdBytes: config.nativeHeapTrimThresholdBytes,
+    intervalMs: config.nativeHeapCheckIntervalMs,
+    metrics: metrics.nativeHeap,
+    logger,
+  })
+  heapTrimmer.start()
+  closers.push('native heap trimmer', () => { heapTrimmer.stop() })
   const runningTunnel = await startTunnel({ config, engine, snapshot: store, template, tls: tls.manager, metrics, logger, connections })
   closers.push('tunnels', () => runningTunnel.close())
   hub.open()

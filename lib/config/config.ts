@@ -107,6 +107,8 @@ export interface Config {
   readonly httpKeepAliveTimeoutMs: number
   readonly http2SessionIdleTimeoutMs: number
   readonly tlsHandshakeTimeoutMs: number
+  readonly nativeHeapTrimThresholdBytes: number
+  readonly nativeHeapCheckIntervalMs: number
 }
 
 /**
@@ -417,6 +419,8 @@ export function parseConfig (argv: readonly string[], env: NodeJS.ProcessEnv): P
     httpKeepAliveTimeoutMs: defaultedInt('http-keep-alive-timeout-ms', 100, MAX_MS),
     http2SessionIdleTimeoutMs: defaultedInt('http2-session-idle-timeout-ms', 100, MAX_MS),
     tlsHandshakeTimeoutMs: defaultedInt('tls-handshake-timeout-ms', 100, MAX_MS),
+    nativeHeapTrimThresholdBytes: defaultedInt('native-heap-trim-threshold-bytes', 0, 2 ** 40),
+    nativeHeapCheckIntervalMs: defaultedInt('native-heap-check-interval-ms', 100, MAX_MS),
   }
   return { kind: 'config', config }
 }

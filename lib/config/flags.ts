@@ -162,6 +162,8 @@ export const FLAGS: readonly FlagSpec[] = [
   int('http-keep-alive-timeout-ms', 75000, 'front door: silence allowed on an HTTP/1.1 connection between requests (keep it above the idle timeout of a load balancer in front)'),
   int('http2-session-idle-timeout-ms', 300000, 'front door: an HTTP/2 connection with no open stream for this long gets GOAWAY'),
   int('tls-handshake-timeout-ms', 10000, 'front door and WebTransport-over-HTTP/2 listener: time for a client to complete the TLS handshake'),
+  int('native-heap-trim-threshold-bytes', 67108864, 'resident memory neither allocated by malloc nor V8\'s heap that may build up (as after a wave of connections closed) before the router gives malloc\'s free pages back to the kernel; 0 never does'),
+  int('native-heap-check-interval-ms', 10000, 'how often the router compares its resident memory with what it has allocated (>= 100)'),
   bool('upstream-tls-system-ca', false, 'with --upstream-tls, also trust the system CA store for Stargate certificates (without it a trust bundle is required)'),
   list('trusted-proxy-cidrs', 'repeatable or comma-separated: proxies (CIDR blocks or addresses) whose x-forwarded-for, forwarded and x-real-ip are believed; from other peers they are replaced'),
 

@@ -15,6 +15,7 @@ import { createRawQuicMetrics, type RawQuicMetrics } from '../tunnel/raw-quic/me
 import { createLimitMetrics, type LimitMetrics } from './limits-metrics.ts'
 import { createDrainMetrics, type DrainMetrics } from '../drain/drain-metrics.ts'
 import { CONTAINED_CODES } from '../uncaught-errors.ts'
+import { createNativeHeapMetrics, type NativeHeapMetrics } from './native-heap-metrics.ts'
 
 /** Refusals of one client's request by a per-client limit (the error codes sent). */
 const CLIENT_LIMIT_REASONS = ['request_timeout', 'body_rate_too_low', 'body_deadline_exceeded', 'client_over_share', 'response_stalled', 'pipelined_requests'] as const
@@ -61,6 +62,8 @@ export interface RouterMetrics extends TlsMetrics, PeerMetrics, RebalanceMetrics
   readonly tlsHandshakeFailures: Counter<'listener'>
   /** Uncaught errors the process survived (lib/uncaught-errors.ts), by code. */
   readonly uncaughtErrors: Counter<'kind'>
+  /** malloc's heap and the trims (lib/native-heap-trim.ts). */
+  readonly nativeHeap: NativeHeapMetrics
   /** Where discovery_snapshot_age_seconds reads its value at scrape time. */
   setSnapshotAgeSource (source: () => number): void
   /** Where the buffered request body gauges read their values at scrape time (the HTTP forwarder). */
@@ -81,6 +84,7 @@ export function createMetrics (registry: Registry = new Registry(), options: { d
     quic: createRawQuicMetrics(registry),
     limits: createLimitMetrics(registry),
     drain: createDrainMetrics(registry),
+    nativeHeap: createNativeHeapMetrics(registry),
     discoveryWatchRestarts: define.counter('discovery_watch_restarts_total', 'EndpointSlice list/watch restarts after an error (the informer stops on any non-410 error)'),
     discoverySnapshotAge: define.gauge(
       'discovery_snapshot_age_seconds',

@@ -92,6 +92,8 @@ const SAMPLES: Readonly<Record<string, string | number | boolean | readonly stri
   'http-keep-alive-timeout-ms': 120000,
   'http2-session-idle-timeout-ms': 600000,
   'tls-handshake-timeout-ms': 5000,
+  'native-heap-trim-threshold-bytes': 33554432,
+  'native-heap-check-interval-ms': 2000,
   'trusted-proxy-cidrs': ['10.0.0.0/8', 'fd00::/8'],
   // Slow clients (SPEC §12)
   'http-body-buffer-bytes': 131072,

@@ -94,6 +94,8 @@ const DEFAULTS: Config = {
   httpKeepAliveTimeoutMs: 75000,
   http2SessionIdleTimeoutMs: 300000,
   tlsHandshakeTimeoutMs: 10000,
+  nativeHeapTrimThresholdBytes: 67108864,
+  nativeHeapCheckIntervalMs: 10000,
 }
 
 t.test('with only the namespace and the dial URI, every setting has the documented default', async (t) => {
@@ -186,6 +188,8 @@ const SAMPLES: Record<string, { value: string, expect: Partial<Config>, needs?: 
   'http-keep-alive-timeout-ms': { value: '5000', expect: { httpKeepAliveTimeoutMs: 5000 } },
   'http2-session-idle-timeout-ms': { value: '60000', expect: { http2SessionIdleTimeoutMs: 60000 } },
   'tls-handshake-timeout-ms': { value: '3000', expect: { tlsHandshakeTimeoutMs: 3000 } },
+  'native-heap-trim-threshold-bytes': { value: '0', expect: { nativeHeapTrimThresholdBytes: 0 } },
+  'native-heap-check-interval-ms': { value: '500', expect: { nativeHeapCheckIntervalMs: 500 } },
   // Slow clients (SPEC §12)
   'http-body-buffer-bytes': { value: '0', expect: { httpBodyBufferBytes: 0 } },
   'http-body-min-bytes-per-second': { value: '0', expect: { httpBodyMinBytesPerSecond: 0 } },
