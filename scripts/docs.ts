@@ -27,7 +27,7 @@ export function renderEnvExample (): string {
   const lines = [
     '# Every stargate-router setting as an environment variable, with its default.',
     '# Flags (--name) win over these; uncomment a line to change a setting.',
-    '# Generated from lib/config/flags.ts by `npm run docs:config`.',
+    '# Generated from lib/config/flags.ts by `npm run docs`.',
     '',
   ]
   for (const spec of FLAGS) {

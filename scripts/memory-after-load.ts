@@ -11,8 +11,8 @@
  * constructors' counts changed between them, the way a retained object shows. Snapshots cost
  * native memory themselves, so take RSS figures from a run without them.
  *
- *   node scripts/memory-after-load.ts [--rounds 3] [--idle-wait-s 45] [--snapshots]
- *                                     [--node-options '--max-semi-space-size=16']
+ *   npx node scripts/memory-after-load.ts [--rounds 3] [--idle-wait-s 45] [--snapshots]
+ *                                         [--node-options=--max-semi-space-size=16]
  *
  * It needs `ulimit -n` above 10,000 in the shell that runs it (the router child gets 20,000).
  */

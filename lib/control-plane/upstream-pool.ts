@@ -3,8 +3,8 @@
  * per pod, not a connection per call). A pod gets a second session only when the first has
  * as many open streams as the pod allows (its SETTINGS_MAX_CONCURRENT_STREAMS), and at most
  * MAX_SESSIONS_PER_POD: a pod that allows no streams, or a few, cannot make the router open a
- * connection per registration (a pod saying 0 got one new session, never closed, per Pylon
- * retry, until the router ran out of descriptors). A session whose pod allows 0 streams from
+ * connection per registration (uncapped, a pod saying 0 would get one new session, never
+ * closed, per Pylon retry, until the router ran out of descriptors). A session whose pod allows 0 streams from
  * its first SETTINGS is closed at once and fails what waited for it.
  *
  * Sessions are tagged with the trust key they were made under, so a change of the

@@ -28,8 +28,8 @@ export interface EndpointSliceWatchOptions {
   readonly onRestart?: () => void
   /**
    * An object from the API server that is not one of the watched slices was dropped before the
-   * informer saw it: not an object with metadata (the informer reads `metadata` unchecked and
-   * its throw ended the process), or a slice of another namespace or Service.
+   * informer saw it: not an object with metadata (the informer reads `metadata` unchecked, and
+   * its throw would end the process), or a slice of another namespace or Service.
    */
   readonly onIgnored?: (reason: IgnoredReason) => void
   readonly backoff?: { readonly baseMs: number, readonly maxMs: number }

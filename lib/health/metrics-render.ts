@@ -1,8 +1,8 @@
 /**
  * /metrics renderings shared between scrapes (SPEC §12: the health port answers probes even
- * under load on that port). A rendering costs milliseconds of the one event loop; pipelined
- * scrapes that are never read made the router render thousands of times in a row and left
- * /livez unanswered. Here renderings start at most once per minIntervalMs, and every scrape
+ * under load on that port). A rendering costs milliseconds of the one event loop; rendered for
+ * each, pipelined scrapes that are never read would have the router render thousands of times in
+ * a row and leave /livez unanswered. Here renderings start at most once per minIntervalMs, and every scrape
  * that arrives while one is waiting to start joins it: at most 1000 / minIntervalMs renderings
  * a second whatever the number of scrapers, and at most two at once (one running, the next
  * waiting for its turn).

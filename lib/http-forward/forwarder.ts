@@ -276,7 +276,7 @@ class Exchange implements PodRequest {
 
   /**
    * A 1xx before the final response. undici restarts its headers timer on each, so a pod
-   * trickling them held the request and its connection for as long as it liked: the final head
+   * trickling them could hold the request and its connection for as long as it liked: the final head
    * is due --http-headers-timeout-ms after the first, and more than MAX_INTERIM_RESPONSES is not
    * a response (a real server sends one or two: 100 Continue, 103 Early Hints).
    */

@@ -116,7 +116,7 @@ t.setTimeout(180_000)
 
 t.test('every router flag is settable in the values: under config by name, or by the chart value that owns it', async (t) => {
   const values = parseYaml(await readFile(join(CHART, 'values.yaml'), 'utf8')) as { config: Record<string, unknown> }
-  const schema = JSON.parse(await readFile(join(CHART, 'values.schema.json'), 'utf8')) as { properties: { config: { properties: Record<string, { type: string[], enum?: unknown[] }>, additionalProperties: boolean } } }
+  const schema = JSON.parse(await readFile(join(CHART, 'values.schema.json'), 'utf8')) as { properties: { config: { properties: Record<string, { type: string[], enum?: unknown[], description?: string }>, additionalProperties: boolean } } }
   const configKeys = Object.keys(values.config).sort()
   const managed = Object.keys(CHART_MANAGED).sort()
   t.same([...configKeys, ...managed].sort(), FLAGS.map((f) => f.name).sort(), 'config keys + chart-managed flags = every flag, each once')
@@ -127,7 +127,9 @@ t.test('every router flag is settable in the values: under config by name, or by
   for (const flag of FLAGS) {
     if (flag.name in CHART_MANAGED) continue
     const def = flag.default === undefined ? 'unset' : flag.default === '' ? 'empty' : flag.default
-    t.ok(valuesText.includes(`# --${flag.name}`) && valuesText.includes(`(router default: ${def})`), `values.yaml documents --${flag.name} with its default ${def}`)
+    const choices = flag.choices === undefined ? '' : ` [${flag.choices.join('|')}]`
+    t.ok(valuesText.split('\n').includes(`  # --${flag.name}${choices}: ${flag.help} (router default: ${def})`), `values.yaml documents --${flag.name} with its help text and its default ${def}`)
+    t.equal(schema.properties.config.properties[flag.name]?.description, `--${flag.name}: ${flag.help}`, `the schema describes --${flag.name} with its help text`)
     const types = schema.properties.config.properties[flag.name]?.type ?? []
     const expected = { bool: 'boolean', int: 'integer', number: 'number', string: 'string', list: 'array' }[flag.kind]
     t.ok(types.includes(expected) && types.includes('null'), `the schema types --${flag.name} as ${expected} or null`)

@@ -22,3 +22,12 @@ t.test('every flag appears in --help, .env.example and docs/configuration.md', a
     t.match(doc, `\`--${spec.name}\``, `docs/configuration.md lists --${spec.name}`)
   }
 })
+
+t.test('the migration guide maps every flag, by name or by a family written `--prefix-*`', async (t) => {
+  const guide = readFileSync(new URL('../../docs/migrating-from-stargate-k8s-router.md', import.meta.url), 'utf8')
+  const families = [...guide.matchAll(/`--([a-z0-9-]+)-\*`/g)].map((m) => `${m[1] as string}-`)
+  for (const spec of FLAGS) {
+    const named = new RegExp(`--${spec.name}(?![a-z0-9-])`).test(guide)
+    t.ok(named || families.some((prefix) => spec.name.startsWith(prefix)), `docs/migrating-from-stargate-k8s-router.md maps --${spec.name}`)
+  }
+})

@@ -189,7 +189,7 @@ export class WebTransportRelay implements TunnelRelay<H2SessionRequest> {
       handshakeTimeout: options.tlsHandshakeTimeoutMs ?? 10_000,
     }
     this.#server = http2.createSecureServer(serverOptions)
-    // 20,000 idle connections were accepted until the descriptors ran out.
+    // Without a cap, idle connections are accepted until the descriptors run out.
     this.#server.maxConnections = options.maxConnections ?? 10_000
     this.#server.on('drop', () => { options.onRefused?.() })
     this.#server.on('session', (session) => { this.#onSession(session) })
