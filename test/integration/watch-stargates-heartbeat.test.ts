@@ -138,8 +138,10 @@ t.test('with a real clock and a grpc-js client, heartbeat gaps stay one period, 
   const gaps = watcher.arrivals.slice(1).map((at, i) => ({ at: i + 1, ms: at - (watcher.arrivals[i] as number) }))
   for (const { at, ms } of gaps) {
     if (at === change) continue // the change itself comes when the test makes it
-    // Lower bound: timers never fire early; 10% (100 ms) covers the client reading one message later
-    // than the next on a loaded machine. Upper bound: far below the 1.5 periods of before.
-    t.ok(ms >= H * 0.9 && ms <= H * 1.3, `message ${at} came ${ms.toFixed(0)} ms after the one before (period ${H} ms)`)
+    // What must not happen: a gap of 1.5 periods, or a tick 2H/3 after a change. Timers never fire
+    // early, so a gap under H is the client reading a message late; 0.75 H and 1.4 H leave 250 and
+    // 400 ms of such jitter on a loaded machine and still tell both apart (the manual-clock test
+    // above pins the exact schedule).
+    t.ok(ms >= H * 0.75 && ms <= H * 1.4, `message ${at} came ${ms.toFixed(0)} ms after the one before (period ${H} ms)`)
   }
 })

@@ -37,7 +37,7 @@ t.test('per-pod connection and queue bounds are range-checked', async (t) => {
   t.equal(configOf(['--http-upstream-max-queue', '0']).httpUpstreamMaxQueue, 0, 'no queue at all is allowed')
 })
 
-t.test('slow-client limits are range-checked, and 0 turns each optional one off', async (t) => {
+t.test('slow-client and native-heap limits are range-checked, and 0 turns each optional one off', async (t) => {
   t.strictSame(errorOf(['--http-body-buffer-bytes', String(16 * 1024 * 1024 + 1)]), { flag: 'http-body-buffer-bytes', message: 'invalid --http-body-buffer-bytes 16777217: must be between 0 and 16777216' })
   t.strictSame(errorOf(['--http-body-rate-window-ms', '99']), { flag: 'http-body-rate-window-ms', message: 'invalid --http-body-rate-window-ms 99: must be between 100 and 86400000' })
   t.strictSame(errorOf(['--http-upstream-max-client-share-percent', '101']), { flag: 'http-upstream-max-client-share-percent', message: 'invalid --http-upstream-max-client-share-percent 101: must be between 0 and 100' })
@@ -45,6 +45,10 @@ t.test('slow-client limits are range-checked, and 0 turns each optional one off'
   t.strictSame(errorOf(['--http-body-deadline-ms', '1.5']), { flag: 'http-body-deadline-ms', message: "invalid --http-body-deadline-ms '1.5': expected a whole number" })
   t.strictSame(errorOf(['--http-response-stall-timeout-ms', '86400001']), { flag: 'http-response-stall-timeout-ms', message: 'invalid --http-response-stall-timeout-ms 86400001: must be between 0 and 86400000' })
   t.strictSame(errorOf(['--http-response-stall-timeout-ms', 'soon']), { flag: 'http-response-stall-timeout-ms', message: "invalid --http-response-stall-timeout-ms 'soon': expected a whole number" })
+  t.strictSame(errorOf(['--native-heap-check-interval-ms', '99']), { flag: 'native-heap-check-interval-ms', message: 'invalid --native-heap-check-interval-ms 99: must be between 100 and 86400000' })
+  t.strictSame(errorOf(['--native-heap-trim-threshold-bytes=-1']), { flag: 'native-heap-trim-threshold-bytes', message: "invalid --native-heap-trim-threshold-bytes '-1': expected a whole number" })
+  t.strictSame(errorOf(['--native-heap-trim-threshold-bytes', String(2 ** 40 + 1)]), { flag: 'native-heap-trim-threshold-bytes', message: 'invalid --native-heap-trim-threshold-bytes 1099511627777: must be between 0 and 1099511627776' })
+  t.equal(configOf(['--native-heap-trim-threshold-bytes', '0']).nativeHeapTrimThresholdBytes, 0, '0 turns the trim off')
   const off = configOf(['--http-body-buffer-bytes', '0', '--http-body-min-bytes-per-second', '0', '--http-body-deadline-ms', '0', '--http-upstream-max-client-share-percent', '0', '--http-response-stall-timeout-ms', '0'])
   t.strictSame([off.httpBodyBufferBytes, off.httpBodyMinBytesPerSecond, off.httpBodyDeadlineMs, off.httpUpstreamMaxClientSharePercent, off.httpResponseStallTimeoutMs], [0, 0, 0, 0, 0])
 })
