@@ -4,7 +4,7 @@
 // until its newline, so a watch answer streaming bytes without one grew the router's memory at
 // the stream's rate (about 70 MiB/s here) until V8's string limit ended the process. Here the
 // events arrive as before, and a line over the bound ends the watch with an error the informer
-// restarts from.
+// restarts from. A JSON line that was no object (`null`) ended the watch, a restart per line.
 import t from 'tap'
 import https from 'node:https'
 import type { ServerResponse } from 'node:http'
@@ -12,6 +12,7 @@ import type { AddressInfo } from 'node:net'
 import { KubeConfig } from '@kubernetes/client-node'
 import { BoundedWatch, LineSplitter, WatchLineTooLongError, boundedList } from '../../lib/discovery/bounded-list-watch.ts'
 import { createCa, createLeaf } from '../fixtures/certs.ts'
+import { waitFor } from '../fixtures/wait.ts'
 
 const IP = '127.0.118.40'
 const TOKEN = 'watch-token'
@@ -119,6 +120,21 @@ t.test('an aborted watch is done once and delivers nothing more', async (t) => {
   await new Promise((resolve) => { setTimeout(resolve, 150) })
   t.equal(events.length, seen, 'nothing after the abort')
   t.ok(dones <= 1, 'done at most once')
+})
+
+t.test('watch lines that are JSON but no event object are ignored; the watch goes on', async (t) => {
+  const server = await apiServer(t, (res) => {
+    res.writeHead(200, { 'content-type': 'application/json' })
+    res.write('null\n42\n"x"\n[]\n{"type":"ADDED","object":{"metadata":{"name":"a"}}}\n')
+  })
+  const events: string[] = []
+  let dones = 0
+  const controller = await new BoundedWatch(kubeConfig(server.url, server.caPem)).watch('/w', {}, (phase, obj) => { events.push(`${phase} ${JSON.stringify(obj)}`) }, () => { dones++ })
+  t.teardown(() => { controller.abort() })
+  await waitFor(() => events.length >= 1, { message: 'the event after the other lines' })
+  await new Promise((resolve) => { setTimeout(resolve, 150) })
+  t.same(events, ['ADDED {"metadata":{"name":"a"}}'], 'only the event')
+  t.equal(dones, 0, 'the watch is not ended')
 })
 
 t.test('LineSplitter: lines across chunks, the bound on a line in one chunk and across chunks', async (t) => {
