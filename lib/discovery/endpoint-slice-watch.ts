@@ -278,11 +278,16 @@ export class EndpointSliceWatch {
   }
 }
 
+/** Not every numeric `code` is a status: a DOMException's is its legacy code (AbortError: 20). */
+function isHttpStatus (code: unknown): code is number {
+  return typeof code === 'number' && Number.isInteger(code) && code >= 100 && code <= 599
+}
+
 /** A log-safe description of a client error: status code and message, never headers. */
-function describeError (err: unknown): string {
+export function describeError (err: unknown): string {
   if (typeof err !== 'object' || err === null) return String(err)
   const e = err as { code?: unknown, statusCode?: unknown, message?: unknown, cause?: { code?: unknown } }
-  const status = typeof e.statusCode === 'number' ? e.statusCode : typeof e.code === 'number' ? e.code : undefined
+  const status = isHttpStatus(e.statusCode) ? e.statusCode : isHttpStatus(e.code) ? e.code : undefined
   const hints: Record<number, string> = {
     401: 'the API server rejected the credentials (401): check the service account token',
     403: 'the API server denied access (403): the Role needs get/list/watch on endpointslices in this namespace',

@@ -7,12 +7,13 @@
 // times a second (5,203 lists in 12 s); slices of another namespace or Service became targets;
 // a consumer that threw on one event restarted the watch about every second for good (the
 // restart aborted the live watch and that abort was reported as another failure), and the
-// event it missed was never given to it again.
+// event it missed was never given to it again; an AbortError (DOMException code 20) was logged
+// as "HTTP 20".
 import t from 'tap'
 import http, { type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { KubeConfig } from '@kubernetes/client-node'
-import { EndpointSliceWatch, ignoredReason, type IgnoredReason } from '../../lib/discovery/endpoint-slice-watch.ts'
+import { EndpointSliceWatch, describeError, ignoredReason, type IgnoredReason } from '../../lib/discovery/endpoint-slice-watch.ts'
 import { createLogSink } from '../fixtures/log-sink.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
@@ -183,3 +184,9 @@ t.test('a consumer that throws on one event costs one restart, whose relist give
   t.notOk(w.log.lines().some((l) => l.msg === 'endpointslice watch failed; keeping the last known slices and restarting'), 'the watch the restart replaced is no failure')
 })
 
+t.test('an error is described by its HTTP status only when it carries one (an AbortError\'s code 20 is none)', async (t) => {
+  t.equal(describeError(new DOMException('This operation was aborted', 'AbortError')), 'This operation was aborted')
+  t.equal(describeError(Object.assign(new Error('Gone'), { code: 410 })), 'HTTP 410: Gone')
+  t.equal(describeError(Object.assign(new Error('Forbidden'), { statusCode: 403 })), 'the API server denied access (403): the Role needs get/list/watch on endpointslices in this namespace')
+  t.equal(describeError(Object.assign(new Error('fetch failed'), { cause: { code: 'ECONNREFUSED' } })), 'fetch failed (ECONNREFUSED)')
+})
