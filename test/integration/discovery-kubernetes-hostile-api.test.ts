@@ -8,12 +8,20 @@
 // a consumer that threw on one event restarted the watch about every second for good (the
 // restart aborted the live watch and that abort was reported as another failure), and the
 // event it missed was never given to it again; an AbortError (DOMException code 20) was logged
-// as "HTTP 20".
+// as "HTTP 20". The target and peer sources' counting and logging of an ignored object is
+// operator-visible wiring, checked on the real sources here.
 import t from 'tap'
 import http, { type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { KubeConfig } from '@kubernetes/client-node'
+import { Registry } from 'prom-client'
 import { EndpointSliceWatch, describeError, ignoredReason, type IgnoredReason } from '../../lib/discovery/endpoint-slice-watch.ts'
+import { KubernetesTargetSource } from '../../lib/discovery/kubernetes.ts'
+import { KubernetesPeerSource } from '../../lib/discovery/peers-kubernetes.ts'
+import { PeerSet } from '../../lib/discovery/peers.ts'
+import { createPeerMetrics } from '../../lib/discovery/peer-metrics.ts'
+import { SnapshotStore } from '../../lib/discovery/snapshot-store.ts'
+import { createMetrics } from '../../lib/metrics/metrics.ts'
 import { createLogSink } from '../fixtures/log-sink.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
@@ -189,4 +197,54 @@ t.test('an error is described by its HTTP status only when it carries one (an Ab
   t.equal(describeError(Object.assign(new Error('Gone'), { code: 410 })), 'HTTP 410: Gone')
   t.equal(describeError(Object.assign(new Error('Forbidden'), { statusCode: 403 })), 'the API server denied access (403): the Role needs get/list/watch on endpointslices in this namespace')
   t.equal(describeError(Object.assign(new Error('fetch failed'), { cause: { code: 'ECONNREFUSED' } })), 'fetch failed (ECONNREFUSED)')
+})
+
+const IGNORED_EVENTS = [
+  { type: 'ADDED', object: { kind: 'EndpointSlice' } },
+  { type: 'ADDED', object: slice('other-svc', { service: 'not-stargate' }) },
+]
+
+t.test('the target source counts each ignored object by reason in endpointslice_skipped_total and logs it', async (t) => {
+  const api = await rawApi(t, listOf([slice('a')]), events(IGNORED_EVENTS))
+  const registry = new Registry()
+  const log = createLogSink({ level: 'warn' })
+  const source = new KubernetesTargetSource({
+    kubeConfig: kubeConfig(api.url),
+    namespace: NS,
+    serviceName: SERVICE,
+    ports: { grpc: 'grpc', quic: 'quic', http: 'http' },
+    store: new SnapshotStore(),
+    metrics: createMetrics(registry, { defaultMetrics: false }),
+    logger: log.logger,
+    backoff: { baseMs: 50, maxMs: 200 },
+  })
+  source.start()
+  t.teardown(() => source.stop())
+  const ignoredLines = (): Array<Record<string, unknown>> => log.lines().filter((l) => l.msg === 'endpointslice watch object ignored: not a slice of the target service')
+  await waitFor(() => ignoredLines().length === 2, { message: 'both objects logged' })
+  t.same(ignoredLines().map((l) => [l.level, l.reason]), [[40, 'malformed_slice'], [40, 'foreign_slice']], 'a warn line each, with its reason')
+  const text = await registry.metrics()
+  t.match(text, /^stargate_k8s_router_endpointslice_skipped_total\{reason="malformed_slice"\} 1$/m)
+  t.match(text, /^stargate_k8s_router_endpointslice_skipped_total\{reason="foreign_slice"\} 1$/m)
+  t.match(text, /^stargate_k8s_router_discovery_watch_restarts_total 0$/m, 'no restart')
+})
+
+t.test('the peer source logs each ignored object with its reason', async (t) => {
+  const api = await rawApi(t, listOf([slice('a')]), events(IGNORED_EVENTS))
+  const log = createLogSink({ level: 'warn' })
+  const source = new KubernetesPeerSource({
+    kubeConfig: kubeConfig(api.url),
+    namespace: NS,
+    serviceName: SERVICE,
+    port: { name: 'health', fallback: 8080 },
+    peers: new PeerSet({ self: { address: null, id: null } }),
+    metrics: createPeerMetrics(new Registry()),
+    logger: log.logger,
+    backoff: { baseMs: 50, maxMs: 200 },
+  })
+  source.start()
+  t.teardown(() => source.stop())
+  const ignoredLines = (): Array<Record<string, unknown>> => log.lines().filter((l) => l.msg === 'peer endpointslice watch object ignored: not a slice of the peer service')
+  await waitFor(() => ignoredLines().length === 2, { message: 'both objects logged' })
+  t.same(ignoredLines().map((l) => [l.level, l.reason]), [[40, 'malformed_slice'], [40, 'foreign_slice']], 'a warn line each, with its reason')
 })
