@@ -13,8 +13,9 @@
  * The rest is the library's protocol, so its ListWatch drives these unchanged: the query, the
  * KubeConfig's authentication, the list's `items` and `metadata.resourceVersion` as JSON (the
  * raw objects, as watch events carry them), `?watch=true`, one JSON event per line (lines
- * that are not JSON are ignored), `done(err)` once, a TimeoutError after inactivityMs without
- * a byte (the informer re-watches at once on it), and an AbortController that ends the watch.
+ * that are not a JSON object are ignored), `done(err)` once when the stream ends or fails, a
+ * TimeoutError after inactivityMs without a byte (the informer re-watches at once on it), and
+ * an AbortController that ends the watch without done (its owner knows it ended it).
  * Requests go through the fetch of the undici the library itself uses, because the
  * KubeConfig's dispatcher (cluster CA, client certificates) is one of its Agents.
  */
@@ -143,6 +144,14 @@ export class BoundedWatch {
     const timer = setTimeout(() => { finish(new DOMException('The operation was aborted due to timeout', 'TimeoutError')) }, this.#inactivityMs)
     timer.unref()
     const arm = (): void => { timer.refresh() }
+    // The owner's abort ends the watch without done: ListWatch aborts only the request it is
+    // replacing or stopping, and a done would make it start a second list+watch (null) or
+    // report the abort as a failure (an error), which its owner restarts from.
+    controller.signal.addEventListener('abort', () => {
+      if (finished) return
+      finished = true
+      clearTimeout(timer)
+    }, { once: true })
     try {
       const response = await authorizedGet(this.#config, path, { watch: 'true', ...query }, controller.signal)
       arm()
@@ -155,9 +164,11 @@ export class BoundedWatch {
           arm()
           for (const line of lines.push(chunk as Uint8Array)) {
             if (finished) return
-            let event: { type?: unknown, object?: unknown }
-            try { event = JSON.parse(line) as typeof event } catch { continue }
-            callback(String(event.type), event.object, event)
+            let event: unknown
+            try { event = JSON.parse(line) } catch { continue }
+            if (event === null || typeof event !== 'object' || Array.isArray(event)) continue
+            const { type, object } = event as { type?: unknown, object?: unknown }
+            callback(String(type), object, event)
           }
         }
         finish(null)

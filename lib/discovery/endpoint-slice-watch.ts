@@ -4,6 +4,8 @@
  * The library's informer (ListWatch) relists by itself on 410 Gone, but stops for good on
  * any other error (API server down, 401/403, network): this adapter restarts it with
  * exponential backoff (1 s doubling to 30 s, jittered) and keeps the last state meanwhile.
+ * When the consumer fails on an event, the informer's cache already holds what the consumer
+ * missed, so the restart after it is a fresh informer: its list gives the consumer the truth.
  * It only translates informer events; what a slice means is the consumer's business (the
  * Stargate target source, and the peer set of router replicas). The watch request is
  * bounded-list-watch.ts: the library's, with a bound on each event line.
@@ -73,7 +75,10 @@ const RELIST_BASE_MS = 250
 
 export class EndpointSliceWatch {
   readonly #options: EndpointSliceWatchOptions
-  readonly #informer: ListWatch<V1EndpointSlice>
+  /** Null until a run needs one, and after a consumer failure or a stop. */
+  #informer: ListWatch<V1EndpointSlice> | null = null
+  /** The informer in use; what a replaced one still delivers (its list, events, errors) is dropped. */
+  #generation = 0
   readonly #now: () => number
   #attempt = 0
   #restartTimer: NodeJS.Timeout | null = null
@@ -88,24 +93,6 @@ export class EndpointSliceWatch {
     this.#options = options
     this.#now = options.now ?? Date.now
     this.#unhealthySince = this.#now()
-    const { kubeConfig, namespace, serviceName, consumer } = options
-    const labelSelector = `${SERVICE_NAME_LABEL}=${serviceName}`
-    const path = `/apis/discovery.k8s.io/v1/namespaces/${encodeURIComponent(namespace)}/endpointslices`
-    const listFn = async (): Promise<{ items: V1EndpointSlice[], metadata?: { resourceVersion?: string } }> => {
-      await this.#relistPause()
-      const list = await boundedList(kubeConfig, path, { labelSelector })
-      const items = list.items.filter((item) => this.#belongs(item)) as V1EndpointSlice[]
-      // Applied here, in full, before the informer replays it as per-object events: the
-      // consumer sees one complete list and never a half-applied relist.
-      consumer.onList(items)
-      this.#listed = true
-      return { items, metadata: list.metadata }
-    }
-    this.#informer = new ListWatch<V1EndpointSlice>(path, this.#trackingWatch(new BoundedWatch(kubeConfig)) as Watch, listFn, false, labelSelector)
-    this.#informer.on('add', (obj) => { consumer.onUpsert(obj) })
-    this.#informer.on('update', (obj) => { consumer.onUpsert(obj) })
-    this.#informer.on('delete', (obj) => { consumer.onDelete(obj) })
-    this.#informer.on('error', (err) => { this.#onError(err) })
   }
 
   /** Milliseconds since the slices were last known to be current; 0 while the watch is up. */
@@ -123,19 +110,66 @@ export class EndpointSliceWatch {
     this.#stopped = true
     if (this.#restartTimer !== null) clearTimeout(this.#restartTimer)
     this.#restartTimer = null
-    await this.#informer.stop()
+    this.#setWatching(false)
+    await this.#replaceInformer()
   }
 
   #run (): void {
-    this.#informer.start().catch((err: unknown) => { this.#onError(err) })
+    this.#informer ??= this.#newInformer()
+    const current = this.#isCurrent(this.#generation)
+    this.#contain(this.#informer.start(), current)
+  }
+
+  #isCurrent (generation: number): () => boolean {
+    return () => generation === this.#generation && !this.#stopped
+  }
+
+  /** Stops the informer in use; the next run starts a fresh one. */
+  async #replaceInformer (): Promise<void> {
+    const informer = this.#informer
+    this.#informer = null
+    this.#generation++
+    await informer?.stop()
+  }
+
+  #newInformer (): ListWatch<V1EndpointSlice> {
+    const { kubeConfig, namespace, serviceName, consumer } = this.#options
+    const current = this.#isCurrent(++this.#generation)
+    const labelSelector = `${SERVICE_NAME_LABEL}=${serviceName}`
+    const path = `/apis/discovery.k8s.io/v1/namespaces/${encodeURIComponent(namespace)}/endpointslices`
+    const listFn = async (): Promise<{ items: V1EndpointSlice[], metadata?: { resourceVersion?: string } }> => {
+      await this.#relistPause()
+      const list = await boundedList(kubeConfig, path, { labelSelector })
+      // A stopped informer still goes on from its list to a watch: it must not get either.
+      if (!current()) throw new Error('endpointslice informer replaced')
+      const items = list.items.filter((item) => this.#belongs(item)) as V1EndpointSlice[]
+      // Applied here, in full, before the informer replays it as per-object events: the
+      // consumer sees one complete list and never a half-applied relist.
+      consumer.onList(items)
+      this.#listed = true
+      return { items, metadata: list.metadata }
+    }
+    const informer = new ListWatch<V1EndpointSlice>(path, this.#trackingWatch(new BoundedWatch(kubeConfig), current) as Watch, listFn, false, labelSelector)
+    informer.on('add', (obj) => { if (current()) consumer.onUpsert(obj) })
+    informer.on('update', (obj) => { if (current()) consumer.onUpsert(obj) })
+    informer.on('delete', (obj) => { if (current()) consumer.onDelete(obj) })
+    informer.on('error', (err) => { if (current()) this.#onError(err) })
+    return informer
   }
 
   /** Wraps the library's Watch to learn when a watch stream is established and when it ends. */
-  #trackingWatch (watch: BoundedWatch): Pick<Watch, 'watch'> {
+  #trackingWatch (watch: BoundedWatch, current: () => boolean): Pick<Watch, 'watch'> {
     return {
       watch: async (path: string, query: Record<string, string | number | boolean | undefined>, callback: WatchCallback, done: WatchDone): Promise<AbortController> => {
+        if (!current()) {
+          // A replaced informer asking for a watch after its stop: it gets none.
+          const none = new AbortController()
+          none.abort()
+          return none
+        }
         let ended = false
         const controller = await watch.watch(path, query, (phase, obj, watchObj) => {
+          if (!current()) return
           if (phase === 'ERROR') {
             // The informer reads `code` of it (410: relist); anything else is not a Status.
             if (obj === null || typeof obj !== 'object') return
@@ -143,12 +177,18 @@ export class EndpointSliceWatch {
             return
           }
           this.#attempt = 0
-          this.#contain(callback(phase, obj, watchObj))
+          this.#contain(callback(phase, obj, watchObj), current)
         }, (err: unknown) => {
           ended = true
+          if (!current()) return
           this.#setWatching(false)
-          this.#contain(done(err))
+          this.#contain(done(err), current)
         })
+        // Replaced while the request was made: the informer's stop had no request to abort.
+        if (!current()) {
+          controller.abort()
+          return controller
+        }
         if (!ended) {
           this.#attempt = 0
           this.#setWatching(true)
@@ -168,10 +208,20 @@ export class EndpointSliceWatch {
 
   /**
    * The informer's handlers are async and the watch drops what they return: a rejection would
-   * be unhandled, which ends the process (lib/uncaught-errors.ts). It restarts the watch instead.
+   * be unhandled, which ends the process (lib/uncaught-errors.ts). It is the consumer failing
+   * on an event (the informer's own failures are errors it reports): the informer's cache went
+   * ahead of the consumer, so the one restart after it is a fresh informer, whose list gives
+   * the consumer every slice again. Later rejections of the replaced informer are dropped.
    */
-  #contain (result: unknown): void {
-    if (result instanceof Promise) result.catch((err: unknown) => { this.#onError(err) })
+  #contain (result: unknown, current: () => boolean): void {
+    if (!(result instanceof Promise)) return
+    result.catch((err: unknown) => {
+      if (!current()) return
+      void this.#replaceInformer()
+      const delay = this.#restart()
+      this.#options.logger.error({ reason: describeError(err), retryInMs: delay, namespace: this.#options.namespace, service: this.#options.serviceName },
+        'endpointslice event could not be applied; relisting the slices')
+    })
   }
 
   /** Waits before a list that follows others closely (RELIST_WINDOW_MS); throws once stopped. */
@@ -197,18 +247,25 @@ export class EndpointSliceWatch {
   }
 
   #onError (err: unknown): void {
-    this.#setWatching(false)
-    if (this.#stopped) return
-    const delay = this.#nextDelay()
-    this.#options.onRestart?.()
+    const delay = this.#restart()
+    if (delay === null) return
     this.#options.logger.warn({ reason: describeError(err), retryInMs: delay, namespace: this.#options.namespace, service: this.#options.serviceName },
       'endpointslice watch failed; keeping the last known slices and restarting')
+  }
+
+  /** Runs the informer again after the backoff: the delay, or null once stopped. */
+  #restart (): number | null {
+    this.#setWatching(false)
+    if (this.#stopped) return null
+    const delay = this.#nextDelay()
+    this.#options.onRestart?.()
     if (this.#restartTimer !== null) clearTimeout(this.#restartTimer)
     this.#restartTimer = setTimeout(() => {
       this.#restartTimer = null
       if (!this.#stopped) this.#run()
     }, delay)
     this.#restartTimer.unref()
+    return delay
   }
 
   #nextDelay (): number {
@@ -221,11 +278,16 @@ export class EndpointSliceWatch {
   }
 }
 
+/** Not every numeric `code` is a status: a DOMException's is its legacy code (AbortError: 20). */
+function isHttpStatus (code: unknown): code is number {
+  return typeof code === 'number' && Number.isInteger(code) && code >= 100 && code <= 599
+}
+
 /** A log-safe description of a client error: status code and message, never headers. */
-function describeError (err: unknown): string {
+export function describeError (err: unknown): string {
   if (typeof err !== 'object' || err === null) return String(err)
   const e = err as { code?: unknown, statusCode?: unknown, message?: unknown, cause?: { code?: unknown } }
-  const status = typeof e.statusCode === 'number' ? e.statusCode : typeof e.code === 'number' ? e.code : undefined
+  const status = isHttpStatus(e.statusCode) ? e.statusCode : isHttpStatus(e.code) ? e.code : undefined
   const hints: Record<number, string> = {
     401: 'the API server rejected the credentials (401): check the service account token',
     403: 'the API server denied access (403): the Role needs get/list/watch on endpointslices in this namespace',
