@@ -3,22 +3,24 @@
 // send only parts. What that may cost: a gap that never fills gets no answer and is freed within
 // the handshake timeout (--connect-timeout-ms); floods of partial hellos from many addresses are
 // held to --quic-max-handshakes-per-address each and --quic-retry-threshold in all (beyond:
-// stateless Retry), as whole hellos are, and a real Pylon with a split, reordered hello still
-// gets its tunnel during such a flood. Seen through the router's metrics. The per-flight bounds
+// stateless Retry), as whole hellos are, and a real client with a split, reordered hello
+// (ngtcp2's gtlsclient with a finite-field key share, two datagrams) still gets its HTTP/3 GET
+// through during such a flood. Seen through the router's metrics. The per-flight bounds
 // (datagrams, bytes) are in test/integration/quic-engine-first-flight.test.ts.
 import t from 'tap'
-import { createHash, randomBytes } from 'node:crypto'
+import { randomBytes } from 'node:crypto'
 import type { Socket } from 'node:dgram'
 import { QuicCluster } from '../fixtures/quic-cluster.ts'
 import { FlightReorderProxy } from '../fixtures/quic-flight-proxy.ts'
 import { clientHello, splitHello } from '../fixtures/quic-initial.ts'
 import { rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
-import { QuinnPeer, quinnPeerSkip } from '../fixtures/quinn-peer.ts'
+import { ngtcp2ExamplesSkip } from '../fixtures/ngtcp2-examples.ts'
+import { startGtlsSplitHello } from '../fixtures/gtls-split-hello.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 t.setTimeout(180_000)
 
-const skipQuinn = await quinnPeerSkip(t)
+const skipNgtcp2 = await ngtcp2ExamplesSkip()
 const HALF_OPEN = 'stargate_k8s_router_quic_endpoint_half_open'
 const HELD = 'stargate_k8s_router_quic_endpoint_connections'
 
@@ -86,13 +88,13 @@ t.test('partial hellos from many addresses are held to --quic-max-handshakes-per
   t.equal(await cluster.outcome('accepted'), 0, 'none was routed')
 })
 
-t.test('a flood of partial hellos past the Retry threshold is held at the threshold, and a Pylon with a split reordered hello gets through', { skip: skipQuinn }, async (t) => {
+t.test('a flood of partial hellos past the Retry threshold is held at the threshold, and a client with a split reordered hello gets through', { skip: skipNgtcp2 }, async (t) => {
   const threshold = 40
-  const cluster = await QuicCluster.start(t, { pods: [], subnet: '127.0.146', args: ['--quic-retry-threshold', String(threshold), '--connect-timeout-ms', '5000'] })
-  const stargate = await cluster.addQuinnPod('stargate-0', '127.0.146.10', { accept: 'echo', alpn: ['stargate-tunnel-0000'] })
+  const pod = await startGtlsSplitHello(t, { subnet: '127.0.146', size: 64 * 1024 + 3, args: ['--quic-retry-threshold', String(threshold), '--connect-timeout-ms', '5000'] })
+  const cluster = pod.cluster
   const from = await sources(t, '127.0.147', 10)
   // Only second parts (the hello's start never comes), 50 every 100 ms from ten addresses, for as
-  // long as the Pylon takes: held flights expire, the flood replaces them.
+  // long as the client takes: held flights expire, the flood replaces them.
   let sent = 0
   const floodStart = Date.now()
   const flood = setInterval(() => {
@@ -107,22 +109,17 @@ t.test('a flood of partial hellos past the Retry threshold is held at the thresh
   const held = peak(() => cluster.kube.metric(HALF_OPEN))
   await waitFor(async () => await cluster.kube.metric(HALF_OPEN) === threshold, { message: 'the flood to reach the threshold' })
 
-  // A quinn Pylon whose hello spans three datagrams, sent last part first. It meets a Retry when
-  // its flight lands while the flood holds the threshold (the flood's flights expire together,
-  // so not always); its flight after a Retry is reordered too.
-  const proxy = await FlightReorderProxy.start(t, { routerPort: cluster.tunnelPort, order: [2, 0, 1] })
-  const alpn = Array.from({ length: 130 }, (_, i) => `stargate-tunnel-${String(i).padStart(4, '0')}`)
-  const pylon = await QuinnPeer.client(t, { connect: `127.0.0.1:${proxy.port}`, sni: 'stargate-0.stargate.external', caPath: cluster.tls.caPath, alpn })
-  await pylon.established(1)
+  // gtlsclient, its hello in two datagrams sent second first. It meets a Retry when its flight
+  // lands while the flood holds the threshold (the flood's flights expire together, so not
+  // always); its flight after a Retry is reordered too.
+  const proxy = await FlightReorderProxy.start(t, { routerPort: cluster.tunnelPort, order: [1, 0] })
+  const got = await pod.fetch(proxy.port, { idleTimeout: '15s', waitMs: 40_000 })
   clearInterval(flood)
   const floodMs = Date.now() - floodStart
-  t.ok(proxy.flights.length > 0 && proxy.flights.every((n) => n === 3), `its first flight${proxy.flights.length > 1 ? 's (before and after a Retry)' : ''} took three datagrams (${proxy.flights.join(', ')})`)
-  const stream = await pylon.open(1, 'bi')
-  await pylon.write(1, stream, 'through the flood')
-  await pylon.finish(1, stream)
-  t.match(await pylon.recvDone(1, stream), { fin: true, sha256: createHash('sha256').update('through the flood').digest('hex') }, 'its tunnel relays to the Stargate')
-  await stargate.waitEvent('connected')
-  // The Pylon's own validated handshake may be held beside the flood's.
+  t.ok(proxy.flights.length > 0 && proxy.flights.every((n) => n === 2), `its first flight${proxy.flights.length > 1 ? 's (before and after a Retry)' : ''} took two datagrams (${proxy.flights.join(', ')})`)
+  t.equal(got.code, 0, `gtlsclient exited cleanly (${got.output})`)
+  t.ok(got.intact, `its ${pod.size}-byte GET arrived intact through the flood`)
+  // The client's own validated handshake may be held beside the flood's.
   t.ok(await held.stop() <= threshold + 1, `at most ${threshold} unvalidated half-open handshakes held while ${sent} partial hellos came in`)
   await waitFor(async () => await cluster.kube.metric(HALF_OPEN) === 0, { timeoutMs: 15_000, message: 'the flood to expire' })
   t.pass('every partial hello expired')

@@ -6,15 +6,25 @@
  * last of those (a client resends a lost part on its PTO schedule, seconds later; a repeat
  * extends nothing), and never past the handshake timeout from the first; an incomplete flight is
  * never answered. Seen through the endpoint's counters (pending, halfOpen, pendingBytes,
- * dropped) and proposals. Real clients with split hellos in every order are in
- * test/faults/quic-first-flight.test.ts, with one datagram lost in quic-first-flight-loss.test.ts.
+ * dropped) and proposals.
+ *
+ * Every arrival order of a hello in two and in three datagrams is here: no real client this
+ * project tests with, configured as it really is, sends a three-datagram hello on demand
+ * (gtlsclient's largest, a finite-field key share, takes two; the real Pylon's quinn + rustls
+ * hello without ALPN takes one; Chromium's takes two, three only by chance). So a real
+ * ClientHello (the engine's own client's, which the endpoint's TLS can answer) is cut into two
+ * and three Initials built by hand to RFC 9001, sent in each order, and the endpoint must answer
+ * with its handshake flight, not the PROTOCOL_VIOLATION close ngtcp2 gives a new connection
+ * whose first packet lacks CRYPTO offset 0. Real clients with split hellos, reordered and with
+ * one datagram lost, are in test/faults/quic-first-flight.test.ts and
+ * quic-first-flight-loss.test.ts.
  */
 import t from 'tap'
 import { randomBytes } from 'node:crypto'
 import type { Socket } from 'node:dgram'
-import { clientHello, cryptoFrame, initialPacket, splitHello } from '../fixtures/quic-initial.ts'
+import { clientHello, connectionClose, type ConnectionCloseFrame, cryptoFrame, initialPacket, longPacketTypes, openInitial, splitHello } from '../fixtures/quic-initial.ts'
 import { engineTls, listen } from '../fixtures/quic-engine.ts'
-import { rawSocket, sendRaw } from '../fixtures/quic-raw.ts'
+import { captureInitial, rawSocket, sendRaw, templateOf } from '../fixtures/quic-raw.ts'
 import { waitFor } from '../fixtures/wait.ts'
 import type { QuicEndpoint } from '../../lib/quic/endpoint.ts'
 import type { NativeEndpointStats } from '../../lib/quic/native.ts'
@@ -31,6 +41,47 @@ function answers (socket: Socket): Buffer[] {
   socket.on('message', (msg) => { got.push(msg) })
   return got
 }
+
+/** The CONNECTION_CLOSE in a server datagram's leading Initial packet, if it has one. */
+function closeIn (datagram: Buffer, clientDcid: Buffer): ConnectionCloseFrame | null {
+  return longPacketTypes(datagram)[0] === 'initial' ? connectionClose(openInitial(datagram, clientDcid).payload) : null
+}
+
+function permutations (n: number): number[][] {
+  if (n === 1) return [[0]]
+  const out: number[][] = []
+  for (const rest of permutations(n - 1)) {
+    for (let at = 0; at <= rest.length; at++) out.push([...rest.slice(0, at), n - 1, ...rest.slice(at)])
+  }
+  return out
+}
+
+t.test('a real ClientHello in two or three Initials is answered with the handshake flight in every arrival order', async (t) => {
+  const tls = await engineTls(t)
+  const server = listen(t, '127.0.142.8', tls.serverCredentials)
+  // The SCID stays the client's: its hello's initial_source_connection_id names it.
+  const { scid, hello } = templateOf(await captureInitial(t, 'pod.stargate.test'))
+  let flights = 0
+  for (const parts of [2, 3]) {
+    for (const order of permutations(parts)) {
+      const socket = await rawSocket(t, '127.0.142.8')
+      const got = answers(socket)
+      const dcid = randomBytes(16)
+      const datagrams = splitHello(hello, { dcid, scid, parts })
+      for (const i of order) await sendRaw(socket, server.endpoint.port, datagrams[i] as Buffer, '127.0.142.8')
+      flights++
+      await waitFor(() => got.some((d) => longPacketTypes(d).includes('handshake') || closeIn(d, dcid) !== null),
+        { message: `an answer to the order ${order.join(', ')}` })
+      const closes = got.map((d) => closeIn(d, dcid)).filter((c) => c !== null)
+      t.same(closes, [], `${parts} parts sent ${order.join(', ')}: no CONNECTION_CLOSE`)
+      t.ok(got.some((d) => longPacketTypes(d).includes('handshake')), 'the server\'s Handshake packets came: its TLS read the whole hello')
+      t.equal(server.proposals.length, flights, 'proposed once')
+      t.equal(server.proposals.at(-1)?.sni, 'pod.stargate.test', 'with the hello\'s SNI')
+    }
+  }
+  t.equal(flights, 8, 'two orders of two parts, six of three')
+  t.equal(stats(server.endpoint).dropped.pending_limit, 0, 'no part dropped')
+})
 
 t.test('an incomplete flight is held without an answer, counts as half-open, and is freed at the handshake timeout', async (t) => {
   const tls = await engineTls(t)
@@ -117,23 +168,24 @@ t.test('repeated parts extend nothing: a flight is freed the pending timeout aft
 
 t.test('the handshake timeout caps a flight however its new bytes are paced', async (t) => {
   const tls = await engineTls(t)
-  const server = listen(t, '127.0.142.7', tls.serverCredentials, { pendingTimeoutMs: 1500, transport: { handshakeTimeoutMs: 2000 } })
+  const server = listen(t, '127.0.142.7', tls.serverCredentials, { pendingTimeoutMs: 3000, transport: { handshakeTimeoutMs: 4000 } })
   const socket = await rawSocket(t, '127.0.142.7')
   const got = answers(socket)
   const parts = splitHello(clientHello({ sni: 'pod.stargate.test', padding: 2800 }), { dcid: randomBytes(16), scid: randomBytes(8), parts: 4 })
   const [first] = parts
   if (first === undefined) throw new Error('no parts')
-  // Parts 3, 2, 1, each 900 ms after the last (within the 1.5 s pending timeout, so each keeps
-  // it waiting), until the handshake timeout (2 s from the first) frees the flight.
+  // Parts 3, 2, 1, each 1.5 s after the last (within the 3 s pending timeout, so each keeps it
+  // waiting), until the handshake timeout (4 s from the first) frees the flight; the last part
+  // comes 1 s before that, a margin a loaded machine keeps.
   const sentAt = Date.now()
-  for (const [i, ms] of [[3, 0], [2, 900], [1, 1800]] as const) {
+  for (const [i, ms] of [[3, 0], [2, 1500], [1, 3000]] as const) {
     await at(sentAt, ms)
     await sendRaw(socket, server.endpoint.port, parts[i] as Buffer, '127.0.142.7')
   }
   t.equal(stats(server.endpoint).pending, 1, 'held while its parts come')
   await waitFor(() => stats(server.endpoint).pending === 0, { timeoutMs: 10_000, message: 'the flight to be freed' })
   const freedAfter = Date.now() - sentAt
-  t.ok(freedAfter < 3000, `freed ${freedAfter} ms after its first datagram: the handshake timeout (2 s), not the pending timeout after its last part (3.3 s)`)
+  t.ok(freedAfter < 5000, `freed ${freedAfter} ms after its first datagram: the handshake timeout (4 s), not the pending timeout after its last part (6 s)`)
   t.match(stats(server.endpoint), { halfOpen: 0, pendingBytes: 0 }, 'nothing left of it')
   await sendRaw(socket, server.endpoint.port, first, '127.0.142.7')
   await waitFor(() => stats(server.endpoint).rxDatagrams === 4, { message: 'the first part read' })
