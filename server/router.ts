@@ -250,6 +250,8 @@ async function startComponents (config: Config, deps: RouterDeps, started: Start
     onConnectionCount: (count) => { metrics.limits.frontDoorConnections.set(count) },
     registry: connections,
     onDrainRefused: () => { metrics.drain.streamsRefused.labels('registration', 'pylon').inc() },
+    // As the forwarder counts a waiting request whose connection went (nextOnLine).
+    onH1RequestDropped: () => { metrics.httpRequests.labels('client_aborted', '4xx').inc() },
   })
   tls.attach(frontDoor.listener, upstreamPool, httpPods)
   // Replica balancing (SPEC §10): /debug/load always; the loop only with --rebalance. The load

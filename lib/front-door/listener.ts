@@ -100,6 +100,8 @@ export interface FrontDoorOptions {
   readonly endGrpcStream: EndGrpcStream
   /** A gRPC stream arrived on a draining connection and was refused. */
   readonly onDrainRefused?: () => void
+  /** An HTTP/1.1 request parsed after an answer that closes its connection: not processed, never answered. */
+  readonly onH1RequestDropped?: () => void
 }
 
 /** After the drain deadline, how long cut connections get to report their close. */
@@ -202,11 +204,15 @@ export class FrontDoorListener {
     this.#h1.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => { this.#onH1Request(req, res) })
     // CONNECT asks for a tunnel, which a reverse proxy does not open. Node hands such a request
     // over with its socket and no response; without a listener it closes the socket unanswered.
+    // Pipelined behind a request in flight, it waits its turn as any refusal does (h1ClientError):
+    // that request's answer goes out, saying close, and is not displaced by a 405.
     this.#h1.on('connect', (_req: IncomingMessage, socket: Socket) => {
-      this.#h1Closing.add(socket)
-      if (socket.writable && !socket.destroyed) socket.end(CONNECT_REFUSAL)
-      else socket.destroy()
-      options.logger.debug({ remote: socket.remoteAddress }, 'front door refused an http/1.1 connect')
+      const inFlight = this.h1ClientError(socket)
+      if (!inFlight) {
+        if (socket.writable && !socket.destroyed) socket.end(CONNECT_REFUSAL)
+        else socket.destroy()
+      }
+      options.logger.debug({ remote: socket.remoteAddress, inFlight }, 'front door refused an http/1.1 connect')
     })
     // Its 'clientError' (a head the parser gave up on) is answered by the owner of the HTTP
     // handling: Fastify's clientErrorHandler (front-door.ts, http-errors.ts).
@@ -450,10 +456,15 @@ export class FrontDoorListener {
 
   #onH1Request (req: IncomingMessage, res: ServerResponse): void {
     const socket = req.socket
-    // Pipelined behind a request refused for its framing: the connection closes after the
-    // answers before it, so this one is neither forwarded nor counted.
-    if (this.#h1Closing.has(socket)) return
     const connection = this.#tracked.get(socket)
+    // Parsed after an answer that closes the connection (a refusal, a drain, an error of the
+    // forwarder: its response says close), or after the connection was refused: RFC 9112 §9.6,
+    // no further request of it is processed. Its client never gets an answer: counted as one
+    // that left, as the forwarder counts a waiting request whose connection went.
+    if (this.#h1Closing.has(socket) || connection?.response?.shouldKeepAlive === false || !socket.writable) {
+      this.#options.onH1RequestDropped?.()
+      return
+    }
     if (connection !== undefined) {
       this.#deadlines.requestStarted(connection)
       ;(res as Tagged<ServerResponse>)[kTracked] = this.#tagOf(connection)

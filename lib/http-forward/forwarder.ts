@@ -417,8 +417,8 @@ function forwarding (res: Res): boolean {
   return (res as Res & { [kExchange]?: Exchange })[kExchange] !== undefined
 }
 
-function nextOnLine (forwarder: HttpForwarder, socket: Socket): void {
-  forwarder.nextOnLine(socket)
+function nextOnLine (forwarder: HttpForwarder, socket: Socket, previous: ServerResponse): void {
+  forwarder.nextOnLine(socket, previous)
 }
 
 export class HttpForwarder {
@@ -601,7 +601,7 @@ export class HttpForwarder {
           this.#handle(req, res, requestId, log)
         } finally {
           // Refused at once (or failed): it holds no line.
-          if (!forwarding(res)) this.nextOnLine(socket)
+          if (!forwarding(res)) this.nextOnLine(socket, res as ServerResponse)
         }
         break
       case 'close':
@@ -613,12 +613,19 @@ export class HttpForwarder {
     }
   }
 
-  /** The line of an HTTP/1.1 connection is free: the next waiting request runs (a tick later, out of undici's callbacks). */
-  nextOnLine (socket: Socket): void {
+  /**
+   * The line of an HTTP/1.1 connection is free: the next waiting request runs (a tick later, out
+   * of undici's callbacks). After an answer that closes the connection (previous, or one given on
+   * the way) nothing more of that connection is processed (RFC 9112 §9.6): the requests still
+   * waiting are counted as a client that left, and their responses say close as well, for the
+   * front door's check of what arrives after them (listener.ts).
+   */
+  nextOnLine (socket: Socket, previous: ServerResponse): void {
+    let closing = !previous.shouldKeepAlive
     let next = this.#lines.done(socket)
     while (next !== null) {
       const [req, res, requestId, log] = next
-      if (!socket.destroyed && !res.destroyed) {
+      if (!closing && !socket.destroyed && !res.destroyed) {
         try {
           this.#handle(req, res, requestId, log)
         } catch (err) {
@@ -628,7 +635,9 @@ export class HttpForwarder {
         }
         // Forwarded: it holds the line until it finishes; refused at once: the next one runs.
         if (forwarding(res)) return
+        closing = !res.shouldKeepAlive
       } else {
+        res.shouldKeepAlive = false
         this.options.metrics.httpRequests.labels('client_aborted', '4xx').inc()
       }
       next = this.#lines.done(socket)
@@ -814,7 +823,7 @@ export class HttpForwarder {
     if (exchange.timer !== null) clearTimeout(exchange.timer)
     if (exchange.headTimer !== null) clearTimeout(exchange.headTimer)
     if (exchange.stalledAt !== 0) this.#stalled.delete(exchange)
-    if (exchange.line !== null) process.nextTick(nextOnLine, this, exchange.line)
+    if (exchange.line !== null) process.nextTick(nextOnLine, this, exchange.line, exchange.res as ServerResponse)
     this.stopReceiving(exchange)
     if (exchange.bodyBuffer !== null) this.#endBuffering(exchange)
     this.#release(exchange)
@@ -854,7 +863,11 @@ function writeError (res: Res, code: StaticHttpErrorCode, requestId: string, clo
     'x-stargate-error-code', code,
     'x-request-id', requestId,
   ]
-  if (close && !h2) fields.push('connection', 'close')
+  if (close && !h2) {
+    fields.push('connection', 'close')
+    // The connection's last answer: what was pipelined behind it is not processed (nextOnLine, listener.ts).
+    ;(res as ServerResponse).shouldKeepAlive = false
+  }
   if (code === 'method_not_allowed') fields.push('allow', ALLOWED_METHODS)
   ;(res as ServerResponse).writeHead(HTTP_ERRORS[code].status, fields)
   // The stream's own 'finish' (its response is sent): the compat response emits 'finish' only

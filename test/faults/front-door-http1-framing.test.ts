@@ -105,11 +105,13 @@ t.test('a request the client is told was refused never reaches the pod', async (
   t.same(paths(), ['/v1/close', '/v1/garbage'], 'the pod received exactly the requests the client got answers for')
 
   // A chunked body that breaks off into bytes the parser refuses, once the pod has the head.
+  // (Requests pipelined behind the refusals above are counted client_aborted too: never answered.)
+  const abortedBefore = await router.metric('stargate_k8s_router_http_requests_total', { outcome: 'client_aborted', status_class: '4xx' }) ?? 0
   const cut = await send(frontDoor, [`POST /hold HTTP/1.1\r\nhost: ${HOST}\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n`, 'zz\r\nnot a chunk\r\n\r\n'], 500)
   t.same(cut.statuses, [], 'a body broken mid-request cuts the connection: no 400 for a request the pod has')
   const held = await waitFor(() => bodies.get('/hold'), { message: 'the pod\'s connection closed' })
   t.notMatch(held, /0\r\n\r\n$/, `the pod never got the end of that body (it got ${JSON.stringify(held)})`)
-  await waitFor(async () => await router.metric('stargate_k8s_router_http_requests_total', { outcome: 'client_aborted', status_class: '4xx' }) === 1, { message: 'counted as client_aborted' })
+  await waitFor(async () => await router.metric('stargate_k8s_router_http_requests_total', { outcome: 'client_aborted', status_class: '4xx' }) === abortedBefore + 1, { message: 'counted as client_aborted' })
 
   // With nothing in flight, a parse error is still answered 400.
   const plain = await send(frontDoor, ['NOT HTTP\r\n\r\n'])
