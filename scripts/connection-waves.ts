@@ -14,13 +14,13 @@
  * applies. It needs `ulimit -n` above `--size` + 100 in the shell that runs it (the router child
  * gets 20,000).
  */
-import net from 'node:net'
 import { writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { startReadyRouter, tempDir } from '../test/fixtures/router-process.ts'
 import { createCa, createLeaf } from '../test/fixtures/certs.ts'
 import { probe, rssBytes } from '../test/fixtures/fault-probe.ts'
+import { openIdleSockets } from '../test/fixtures/idle-sockets.ts'
 import { waitFor } from '../test/fixtures/wait.ts'
 
 const { values: options } = parseArgs({
@@ -43,18 +43,6 @@ const MiB = 2 ** 20
 
 const teardowns: Array<() => unknown> = []
 const t = { teardown (fn: () => unknown) { teardowns.push(fn) } }
-
-async function openIdle (port: number, count: number): Promise<net.Socket[]> {
-  const sockets: net.Socket[] = []
-  for (let i = 0; i < count; i += 250) {
-    const batch = await Promise.all(Array.from({ length: Math.min(250, count - i) }, () => new Promise<net.Socket>((resolve, reject) => {
-      const socket = net.connect(port, '127.0.0.1', () => { resolve(socket) })
-      socket.once('error', reject)
-    })))
-    for (const socket of batch) { socket.on('error', () => {}); sockets.push(socket) }
-  }
-  return sockets
-}
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => { setTimeout(resolve, ms) })
 
@@ -79,7 +67,7 @@ try {
   const metric = async (name: string): Promise<number> => await router.metric(`stargate_k8s_router_${name}`) ?? 0
   console.log(`router pid ${pid}, ${LISTENER} listener on port ${port}, ${args.slice(4).join(' ')}; ${WAVES} waves of ${SIZE}; idle RSS ${(await rssBytes(pid) / MiB).toFixed(0)} MiB`)
   for (let wave = 1; wave <= WAVES; wave++) {
-    const sockets = await openIdle(port, SIZE)
+    const sockets = await openIdleSockets(port, SIZE)
     if (LISTENER === 'front-door') await waitFor(async () => await metric('front_door_connections') === SIZE, { message: `wave ${wave}: the router holds all ${SIZE}`, timeoutMs: 120_000 })
     await sleep(HOLD_MS)
     const held = await rssBytes(pid)

@@ -7,12 +7,12 @@
 // counts them all, then closed by the client: after each wave a trim runs, the RSS it gave back
 // is counted, and RSS after the third wave is where the first left it (within 48 MiB).
 import t from 'tap'
-import net from 'node:net'
 import { mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { startReadyRouter, tempDir } from '../fixtures/router-process.ts'
 import { createCa, createLeaf } from '../fixtures/certs.ts'
 import { probe, rssBytes } from '../fixtures/fault-probe.ts'
+import { openIdleSockets } from '../fixtures/idle-sockets.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 t.setTimeout(240_000)
@@ -23,18 +23,6 @@ const MiB = 2 ** 20
 const THRESHOLD = 32 * MiB
 /** RSS the third wave may leave above the first's. */
 const DRIFT_BOUND = 48 * MiB
-
-async function openIdle (port: number, count: number): Promise<net.Socket[]> {
-  const sockets: net.Socket[] = []
-  for (let i = 0; i < count; i += 250) {
-    const batch = await Promise.all(Array.from({ length: Math.min(250, count - i) }, () => new Promise<net.Socket>((resolve, reject) => {
-      const socket = net.connect(port, '127.0.0.1', () => { resolve(socket) })
-      socket.once('error', reject)
-    })))
-    for (const socket of batch) { socket.on('error', () => {}); sockets.push(socket) }
-  }
-  return sockets
-}
 
 t.test('waves of TLS connections closed before their handshake leave RSS where the first left it', async (t) => {
   const ca = await createCa({ name: 'waves ca' })
@@ -55,7 +43,7 @@ t.test('waves of TLS connections closed before their handshake leave RSS where t
   const after: number[] = []
   for (let wave = 1; wave <= WAVES; wave++) {
     const trimsBefore = await metric('native_heap_trims_total')
-    const sockets = await openIdle(frontDoor, WAVE)
+    const sockets = await openIdleSockets(frontDoor, WAVE)
     await waitFor(async () => await metric('front_door_connections') === WAVE, { message: `wave ${wave}: the router holds all ${WAVE}`, timeoutMs: 60_000 })
     const held = await rssBytes(pid)
     for (const socket of sockets) socket.destroy()

@@ -25,7 +25,7 @@ import { FlightLossProxy } from '../fixtures/quic-flight-proxy.ts'
 import { ngtcp2ExamplesSkip } from '../fixtures/ngtcp2-examples.ts'
 import { startGtlsSplitHello } from '../fixtures/gtls-split-hello.ts'
 import { H3Cluster } from '../fixtures/h3-cluster.ts'
-import { chromiumSkip, launchChromium, openPage } from '../fixtures/chromium.ts'
+import { ECHO_SESSION_PAGE, chromiumSkip, echoSession, launchChromium, openPage } from '../fixtures/chromium.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 t.setTimeout(240_000)
@@ -78,23 +78,10 @@ t.test('ngtcp2\'s gtlsclient whose two-datagram ClientHello loses either datagra
   t.equal(await pod.cluster.kube.metric('stargate_k8s_router_quic_handshake_failures_total', { reason: 'protocol' }) ?? 0, 0, 'no handshake failed')
 })
 
-// The page's side: a session, one bidi stream echoed by the Stargate fixture, a close.
-const PAGE = `
-async function session (url, hash) {
-  const wt = new WebTransport(url, { serverCertificateHashes: [{ algorithm: 'sha-256', value: new Uint8Array(hash) }] })
-  await wt.ready
-  const bidi = await wt.createBidirectionalStream()
-  const w = bidi.writable.getWriter(); await w.write(new TextEncoder().encode('after a loss')); await w.close()
-  const reader = bidi.readable.getReader(); let text = ''
-  for (;;) { const { value, done } = await reader.read(); if (done) break; text += new TextDecoder().decode(value) }
-  wt.close({ closeCode: 0, reason: 'done' })
-  return text
-}`
-
 t.test('Chromium\'s ClientHello over several datagrams loses its first or second datagram once: its WebTransport session opens and echoes', { skip: skipChromium }, async (t) => {
   const cluster = await H3Cluster.start(t, { pods: ['stargate-0'], routerArgs: CONNECT_TIMEOUT })
   const browser = await launchChromium(t, [cluster.host('stargate-0')])
-  const page = await openPage(t, browser, PAGE)
+  const page = await openPage(t, browser, ECHO_SESSION_PAGE)
   const hash = [...createHash('sha256').update(cluster.routerLeaf.x509.raw).digest()]
   // Its hello takes two datagrams, sometimes three (its padding and GREASE vary): the first and
   // the second exist either way. Each loss goes through a proxy of its own, so a connection of
@@ -103,8 +90,7 @@ t.test('Chromium\'s ClientHello over several datagrams loses its first or second
     const proxy = await FlightLossProxy.start(t, { routerPort: cluster.port, lose })
     const url = `https://${cluster.host('stargate-0')}:${proxy.port}/_stargate/webtransport`
     const startedAt = Date.now()
-    const echoed = await page.evaluate(([u, h]) => (globalThis as unknown as { session: (u: string, h: number[]) => Promise<string> }).session(u as string, h as number[]), [url, hash] as const)
-      .catch((err: Error) => `failed: ${err.message}`)
+    const echoed = await echoSession(page, url, hash, 'after a loss')
     const took = Date.now() - startedAt
     t.ok(proxy.flight >= 2, `Chromium's hello took ${proxy.flight} datagrams`)
     t.ok(proxy.lost !== undefined, `datagram ${lose} was lost`)

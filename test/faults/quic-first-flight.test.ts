@@ -20,7 +20,7 @@ import { FlightReorderProxy } from '../fixtures/quic-flight-proxy.ts'
 import { ngtcp2ExamplesSkip } from '../fixtures/ngtcp2-examples.ts'
 import { startGtlsSplitHello } from '../fixtures/gtls-split-hello.ts'
 import { H3Cluster } from '../fixtures/h3-cluster.ts'
-import { chromiumSkip, launchChromium, openPage } from '../fixtures/chromium.ts'
+import { ECHO_SESSION_PAGE, chromiumSkip, echoSession, launchChromium, openPage } from '../fixtures/chromium.ts'
 import { waitFor } from '../fixtures/wait.ts'
 
 t.setTimeout(180_000)
@@ -54,30 +54,16 @@ t.test('with --quic-retry, gtlsclient\'s two-datagram ClientHello is reordered b
   t.ok(got.intact, `the ${pod.size}-byte body arrived intact`)
 })
 
-// The page's side: a session, one bidi stream echoed by the Stargate fixture, a close.
-const PAGE = `
-async function session (url, hash) {
-  const wt = new WebTransport(url, { serverCertificateHashes: [{ algorithm: 'sha-256', value: new Uint8Array(hash) }] })
-  await wt.ready
-  const bidi = await wt.createBidirectionalStream()
-  const w = bidi.writable.getWriter(); await w.write(new TextEncoder().encode('reordered hello')); await w.close()
-  const reader = bidi.readable.getReader(); let text = ''
-  for (;;) { const { value, done } = await reader.read(); if (done) break; text += new TextDecoder().decode(value) }
-  wt.close({ closeCode: 0, reason: 'done' })
-  return text
-}`
-
 t.test('Chromium\'s ClientHello over several datagrams, the one with its start sent last: its WebTransport session opens and echoes', { skip: skipChromium }, async (t) => {
   const cluster = await H3Cluster.start(t, { pods: ['stargate-0'] })
   // Chromium's hello takes two datagrams, sometimes three (its padding and GREASE vary), and
   // it scrambles its CRYPTO frames: the datagram with offset 0 is held back until the others went.
   const proxy = await FlightReorderProxy.start(t, { routerPort: cluster.port, order: 'start-last' })
   const browser = await launchChromium(t, [cluster.host('stargate-0')])
-  const page = await openPage(t, browser, PAGE)
+  const page = await openPage(t, browser, ECHO_SESSION_PAGE)
   const hash = [...createHash('sha256').update(cluster.routerLeaf.x509.raw).digest()]
   const url = `https://${cluster.host('stargate-0')}:${proxy.port}/_stargate/webtransport`
-  const echoed = await page.evaluate(([u, h]) => (globalThis as unknown as { session: (u: string, h: number[]) => Promise<string> }).session(u as string, h as number[]), [url, hash] as const)
-    .catch((err: Error) => `failed: ${err.message}`)
+  const echoed = await echoSession(page, url, hash, 'reordered hello')
   t.ok(proxy.flights.length === 1 && (proxy.flights[0] ?? 0) >= 2, `Chromium's hello took ${proxy.flights.join(', ')} datagrams, the one with its start sent to the router last`)
   t.equal(echoed, 'reordered hello', 'the session opened and the Stargate echoed its stream')
   t.equal(await cluster.metric('accepted'), 1, 'one session accepted')
