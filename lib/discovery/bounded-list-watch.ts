@@ -1,10 +1,10 @@
 /**
  * The Kubernetes list and watch requests of @kubernetes/client-node's ListWatch informer, each
- * bounded. The library buffered both without limit: the list answer whole, with no deadline (a
- * list that never ended grew the router's memory at its rate; a 300 MiB one held 1.8 GiB and
- * blocked the event loop past the kubelet's probe timeout), and each watch line until its
- * newline (node:readline: a watch answer streaming bytes without one grew memory until V8's
- * string limit ended the process). That is what a broken proxy in front of the API server, or
+ * bounded. The library's own buffer both without limit: the list answer whole, with no deadline
+ * (a list that never ends grows the router's memory at its rate; a 300 MiB one holds 1.8 GiB and
+ * blocks the event loop past the kubelet's probe timeout), and each watch line until its
+ * newline (node:readline: a watch answer streaming bytes without one grows memory until V8's
+ * string limit ends the process). That is what a broken proxy in front of the API server, or
  * anything answering in its place, can send. Here a list answer is read up to maxBytes within
  * timeoutMs, and a watch line over maxLineBytes ends the watch; each failure reaches the
  * informer's adapter (endpoint-slice-watch.ts), which reports it and restarts with backoff,

@@ -217,7 +217,8 @@ export class EndpointSliceWatch {
     if (!(result instanceof Promise)) return
     result.catch((err: unknown) => {
       if (!current()) return
-      void this.#replaceInformer()
+      // Stopping an informer only aborts its request; a failure of it must not go unhandled.
+      this.#replaceInformer().catch((stopErr: unknown) => { this.#options.logger.debug({ err: stopErr }, 'endpointslice informer stop failed') })
       const delay = this.#restart()
       this.#options.logger.error({ reason: describeError(err), retryInMs: delay, namespace: this.#options.namespace, service: this.#options.serviceName },
         'endpointslice event could not be applied; relisting the slices')
